@@ -1,0 +1,839 @@
+/**
+ * The KServe v2 JSON body codec (triton-behaviour.md §1.6–§1.8, §1.11): request bodies to typed tensors and back,
+ * and responses to compact JSON built by hand. Error texts follow Triton's where Triton has one, extended with the
+ * input name and counts where Triton's text alone would not say what went wrong.
+ *
+ * Deliberate differences from Triton:
+ * - Malformed JSON and every structural problem answer 400 (Triton answers 500 for anything its JSON helper rejects).
+ * - FP16 and BF16 are accepted and produced in JSON as plain numbers (Triton refuses both directions).
+ * - JSON numbers go through JS doubles, so `1.0` counts as the integer 1 (Triton rejects it for integer datatypes and
+ *   shapes) and INT64/UINT64 values beyond 2^53 arrive rounded to the nearest double (Triton keeps all 64 bits); the
+ *   literals for INT64 max and UINT64 max round to 2^63 / 2^64 and are clamped back to the maximum. Output integers,
+ *   INT64/UINT64 included, are always printed exactly.
+ * - The binary tensor extension and shared memory are not implemented yet; inputs that use them get a clear 400.
+ */
+import { createError, type FlotillaError } from '../errors.ts'
+import {
+  DATATYPES,
+  allocateTensorData,
+  bf16BitsToFloat32,
+  elementCount,
+  float32ToBf16Bits,
+  float32ToFp16Bits,
+  fp16BitsToFloat32,
+  isDataType
+} from './datatypes.ts'
+import {
+  type DataType,
+  type InferRequest,
+  type InferResponse,
+  type Parameters,
+  type RequestedOutput,
+  type Tensor,
+  type TensorData
+} from './types.ts'
+
+/** Triton's `--http-max-input-size` default: the largest decoded JSON input tensor, in bytes (64 MiB). */
+export const DEFAULT_MAX_INPUT_BYTES = 64 * 1024 * 1024
+
+/**
+ * `data` nested this many levels deep (the `data` array itself is level 1) is refused; Triton's limit is also 100
+ * (`JSON nesting depth exceeds maximum allowed limit (100)`). The check also bounds the flattening recursion.
+ */
+export const MAX_DATA_NESTING_DEPTH = 100
+
+/** Options for {@link decodeInferRequest}. */
+export interface DecodeInferRequestOptions {
+  /** Largest decoded size of one input tensor in bytes (BYTES elements count 4 + length). Default 64 MiB. */
+  maxInputBytes?: number
+}
+
+/** Options for {@link decodeInferResponse}. */
+export interface DecodeInferResponseOptions {
+  /** Largest decoded size of one output tensor in bytes. Default: no limit. */
+  maxOutputBytes?: number
+}
+
+/**
+ * The prefix Triton's core puts on request-validation messages (`InferenceRequest::LogRequest()`):
+ * `[request id: <id>] `, with the literal `<id_unknown>` when the request has no (or an empty) id.
+ */
+export function requestIdPrefix (id: string | undefined): string {
+  return `[request id: ${id !== undefined && id !== '' ? id : '<id_unknown>'}] `
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Parsing
+
+type JsonObject = Record<string, unknown>
+
+function isJsonObject (v: unknown): v is JsonObject {
+  return typeof v === 'object' && v !== null && !Array.isArray(v)
+}
+
+function jsonTypeName (v: unknown): string {
+  if (v === null) return 'null'
+  if (Array.isArray(v)) return 'array'
+  return typeof v
+}
+
+function invalidRequest (message: string): FlotillaError {
+  return createError('PROTO_ERR_INVALID_REQUEST', message)
+}
+
+function dataMismatch (message: string): FlotillaError {
+  return createError('PROTO_ERR_DATA_MISMATCH', message)
+}
+
+function parseBody (body: Buffer | string): unknown {
+  const text = typeof body === 'string' ? body : body.toString('utf8')
+  try {
+    return JSON.parse(text)
+  } catch (err) {
+    // Triton's RapidJSON accepts bare NaN / Infinity / -Infinity (and our encoder writes them), JSON.parse does not.
+    // Only on this slow path, and only when such a token could be present, retry with a parser that accepts them.
+    if (text.includes('NaN') || text.includes('Infinity')) {
+      const lenient = parseLenientJson(text)
+      if (lenient !== PARSE_FAILED) return lenient
+    }
+    throw createError('PROTO_ERR_INVALID_JSON', err instanceof Error ? err.message : String(err))
+  }
+}
+
+const PARSE_FAILED: unique symbol = Symbol('flotilla.json.parse-failed')
+// Recursion guard for the fallback parser; real request bodies are nowhere near this deep.
+const LENIENT_MAX_DEPTH = 1000
+const NUMBER_RE = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?/y
+
+interface LenientState {
+  readonly text: string
+  pos: number
+}
+
+class LenientParseError extends Error {}
+
+/**
+ * Strict JSON plus the three non-finite tokens. Used only after JSON.parse failed, so it favours being obviously
+ * correct over being fast: strings are handed to JSON.parse one by one for escape handling.
+ */
+function parseLenientJson (text: string): unknown {
+  const state: LenientState = { text, pos: 0 }
+  try {
+    const value = lenientValue(state, 0)
+    skipWhitespace(state)
+    return state.pos === text.length ? value : PARSE_FAILED
+  } catch (err) {
+    if (err instanceof LenientParseError || err instanceof SyntaxError || err instanceof RangeError) return PARSE_FAILED
+    throw err
+  }
+}
+
+function skipWhitespace (s: LenientState): void {
+  const text = s.text
+  let pos = s.pos
+  while (pos < text.length) {
+    const c = text.charCodeAt(pos)
+    if (c !== 0x20 && c !== 0x0a && c !== 0x0d && c !== 0x09) break
+    pos++
+  }
+  s.pos = pos
+}
+
+function lenientLiteral (s: LenientState, literal: string): void {
+  if (!s.text.startsWith(literal, s.pos)) throw new LenientParseError()
+  s.pos += literal.length
+}
+
+function lenientString (s: LenientState): string {
+  const text = s.text
+  let end = s.pos + 1
+  while (end < text.length) {
+    const c = text.charCodeAt(end)
+    if (c === 0x22) break
+    end += c === 0x5c ? 2 : 1
+  }
+  if (end >= text.length) throw new LenientParseError()
+  const value: unknown = JSON.parse(text.slice(s.pos, end + 1))
+  s.pos = end + 1
+  return value as string
+}
+
+function lenientValue (s: LenientState, depth: number): unknown {
+  if (depth > LENIENT_MAX_DEPTH) throw new LenientParseError()
+  skipWhitespace(s)
+  const text = s.text
+  const c = text.charCodeAt(s.pos)
+  switch (c) {
+    case 0x7b: { // {
+      s.pos++
+      const obj: JsonObject = {}
+      skipWhitespace(s)
+      if (text.charCodeAt(s.pos) === 0x7d) { s.pos++; return obj }
+      for (;;) {
+        skipWhitespace(s)
+        if (text.charCodeAt(s.pos) !== 0x22) throw new LenientParseError()
+        const key = lenientString(s)
+        skipWhitespace(s)
+        if (text.charCodeAt(s.pos) !== 0x3a) throw new LenientParseError()
+        s.pos++
+        setOwn(obj, key, lenientValue(s, depth + 1))
+        skipWhitespace(s)
+        const next = text.charCodeAt(s.pos++)
+        if (next === 0x7d) return obj
+        if (next !== 0x2c) throw new LenientParseError()
+      }
+    }
+    case 0x5b: { // [
+      s.pos++
+      const arr: unknown[] = []
+      skipWhitespace(s)
+      if (text.charCodeAt(s.pos) === 0x5d) { s.pos++; return arr }
+      for (;;) {
+        arr.push(lenientValue(s, depth + 1))
+        skipWhitespace(s)
+        const next = text.charCodeAt(s.pos++)
+        if (next === 0x5d) return arr
+        if (next !== 0x2c) throw new LenientParseError()
+      }
+    }
+    case 0x22: return lenientString(s)
+    case 0x74: lenientLiteral(s, 'true'); return true
+    case 0x66: lenientLiteral(s, 'false'); return false
+    case 0x6e: lenientLiteral(s, 'null'); return null
+    case 0x4e: lenientLiteral(s, 'NaN'); return NaN
+    case 0x49: lenientLiteral(s, 'Infinity'); return Infinity
+    default: {
+      if (c === 0x2d && text.startsWith('-Infinity', s.pos)) { s.pos += 9; return -Infinity }
+      NUMBER_RE.lastIndex = s.pos
+      const m = NUMBER_RE.exec(text)
+      if (m === null) throw new LenientParseError()
+      s.pos += m[0].length
+      return Number(m[0])
+    }
+  }
+}
+
+/** Assigns an own property even for the key `__proto__`, which plain assignment would treat as the prototype. */
+function setOwn (obj: Record<string, unknown>, key: string, value: unknown): void {
+  if (key === '__proto__') {
+    Object.defineProperty(obj, key, { value, enumerable: true, writable: true, configurable: true })
+  } else {
+    obj[key] = value
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Structural pieces shared by requests and responses
+
+/** Request parameters Triton interprets itself, and the JSON type each must have (http_server.cc ParseJsonTritonParams). */
+const RESERVED_PARAMETER_TYPES: ReadonlyMap<string, 'bool' | 'uint' | 'uint-or-string'> = new Map([
+  ['sequence_id', 'uint-or-string'],
+  ['sequence_start', 'bool'],
+  ['sequence_end', 'bool'],
+  ['priority', 'uint'],
+  ['timeout', 'uint'],
+  ['binary_data_output', 'bool']
+])
+
+function isUnsignedInteger (v: unknown): v is number {
+  return typeof v === 'number' && Number.isInteger(v) && v >= 0
+}
+
+/**
+ * Checks a `parameters` object: values must be string, number or boolean. At request level (`checkReserved`)
+ * `triton_*` keys are refused and the keys Triton interprets must have the type it expects.
+ */
+function decodeParameters (raw: unknown, checkReserved: boolean): Parameters {
+  if (!isJsonObject(raw)) {
+    throw invalidRequest("Unable to parse 'parameters': attempt to access JSON non-object as object")
+  }
+  const out: Parameters = {}
+  for (const key of Object.keys(raw)) {
+    const value = raw[key]
+    if (checkReserved) {
+      if (key.startsWith('triton_')) {
+        throw invalidRequest(
+          "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified."
+        )
+      }
+      const reserved = RESERVED_PARAMETER_TYPES.get(key)
+      if (reserved !== undefined) {
+        const ok = reserved === 'bool'
+          ? typeof value === 'boolean'
+          : isUnsignedInteger(value) || (reserved === 'uint-or-string' && typeof value === 'string')
+        if (!ok) {
+          const expected = reserved === 'bool'
+            ? 'a boolean'
+            : reserved === 'uint' ? 'a non-negative integer' : 'a non-negative integer or a string'
+          throw invalidRequest(`Unable to parse '${key}': expected ${expected}, got ${describeValue(value)}`)
+        }
+      }
+    }
+    if (typeof value !== 'string' && typeof value !== 'number' && typeof value !== 'boolean') {
+      throw invalidRequest(`parameter '${key}' has invalid type. It should be either 'int', 'bool', or 'string'.`)
+    }
+    setOwn(out, key, value)
+  }
+  return out
+}
+
+function requireString (obj: JsonObject, key: string): string {
+  if (!Object.hasOwn(obj, key)) {
+    throw invalidRequest(`Unable to parse '${key}': attempt to access non-existing object member '${key}'`)
+  }
+  const v = obj[key]
+  if (typeof v !== 'string') {
+    throw invalidRequest(`Unable to parse '${key}': attempt to access JSON non-string as string`)
+  }
+  return v
+}
+
+function requireArray (obj: JsonObject, key: string): unknown[] {
+  if (!Object.hasOwn(obj, key)) {
+    throw invalidRequest(`Unable to parse '${key}': attempt to access non-existing object member '${key}'`)
+  }
+  const v = obj[key]
+  if (!Array.isArray(v)) {
+    throw invalidRequest(`Unable to parse '${key}': attempt to access JSON non-array as array`)
+  }
+  return v
+}
+
+function requireObjectElement (v: unknown, arrayKey: string): JsonObject {
+  if (!isJsonObject(v)) {
+    throw invalidRequest(`Unable to parse '${arrayKey}': attempt to access JSON non-object as object`)
+  }
+  return v
+}
+
+function decodeShape (obj: JsonObject): number[] {
+  const raw = requireArray(obj, 'shape')
+  const shape = new Array<number>(raw.length)
+  for (let i = 0; i < raw.length; i++) {
+    const d = raw[i]
+    if (!isUnsignedInteger(d)) {
+      throw invalidRequest("Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer")
+    }
+    shape[i] = d
+  }
+  return shape
+}
+
+function shapeString (shape: readonly number[]): string {
+  return `[${shape.join(',')}]`
+}
+
+/** A short, safe rendering of a JSON value for error messages. */
+function describeValue (v: unknown): string {
+  if (typeof v === 'string') {
+    const quoted = JSON.stringify(v.length > 40 ? `${v.slice(0, 40)}...` : v)
+    return `string ${quoted}`
+  }
+  if (typeof v === 'number') return Object.is(v, -0) ? '-0' : String(v)
+  if (typeof v === 'boolean' || v === null) return String(v)
+  return jsonTypeName(v) === 'array' ? 'an array' : 'an object'
+}
+
+/**
+ * Checks which data source an input names and that it is one Flotilla supports (http_server.cc
+ * ValidateInputContentType, plus our not-yet-supported cases).
+ */
+function checkInputContentType (
+  input: JsonObject, params: Parameters | undefined, name: string, kind: TensorKind
+): void {
+  const hasData = Object.hasOwn(input, 'data')
+  const hasBinary = params !== undefined && Object.hasOwn(params, 'binary_data_size')
+  const hasShm = params !== undefined && Object.hasOwn(params, 'shared_memory_region')
+  const setCount = (hasData ? 1 : 0) + (hasBinary ? 1 : 0) + (hasShm ? 1 : 0)
+  if (setCount !== 1) {
+    let message = "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', " +
+      "'shared_memory_region' in 'parameters'. But"
+    if (setCount === 0) {
+      message += ' no field is set'
+    } else {
+      message += ' set'
+      if (hasData) message += " 'data'"
+      if (hasBinary) message += " 'binary_data_size'"
+      if (hasShm) message += " 'shared_memory_region'"
+    }
+    throw invalidRequest(message)
+  }
+  if (hasBinary) {
+    throw invalidRequest(
+      `${kind} '${name}' sets 'binary_data_size' in 'parameters', but the binary tensor data extension is not ` +
+      "supported yet; send the tensor as JSON in the 'data' field"
+    )
+  }
+  if (hasShm) {
+    throw invalidRequest(
+      `${kind} '${name}' sets 'shared_memory_region' in 'parameters', but the shared-memory extension is not ` +
+      "supported; send the tensor as JSON in the 'data' field"
+    )
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Tensor data: JSON leaves to typed storage
+
+const TWO_POW_63 = 2 ** 63
+const TWO_POW_64 = 2 ** 64
+const INT64_MAX = 0x7fffffffffffffffn
+const UINT64_MAX = 0xffffffffffffffffn
+const utf8Encoder = new TextEncoder()
+const utf8Decoder = new TextDecoder('utf-8')
+
+/** Which side of the exchange a tensor is on, for messages. */
+type TensorKind = 'input' | 'output'
+
+/** What leaf-conversion errors need to name. */
+interface LeafContext {
+  readonly name: string
+  readonly kind: TensorKind
+  readonly datatype: DataType
+}
+
+/** Flattens nested `data` row-major, refusing nesting at or beyond {@link MAX_DATA_NESTING_DEPTH}. */
+function flattenData (data: unknown[], name: string, kind: TensorKind): unknown[] {
+  // Flat data (the common case, and what our own encoder sends) is used as is, without a copy.
+  let flat = true
+  for (let i = 0; i < data.length; i++) {
+    if (Array.isArray(data[i])) { flat = false; break }
+  }
+  if (flat) return data
+  const out: unknown[] = []
+  appendLeaves(data, out, 1, name, kind)
+  return out
+}
+
+function appendLeaves (arr: unknown[], out: unknown[], depth: number, name: string, kind: TensorKind): void {
+  if (depth >= MAX_DATA_NESTING_DEPTH) {
+    throw invalidRequest(
+      `Unable to parse 'data' for ${kind} '${name}': JSON nesting depth exceeds maximum allowed limit ` +
+      `(${MAX_DATA_NESTING_DEPTH})`
+    )
+  }
+  for (let i = 0; i < arr.length; i++) {
+    const v = arr[i]
+    if (Array.isArray(v)) appendLeaves(v, out, depth + 1, name, kind)
+    else out.push(v)
+  }
+}
+
+function leafError (
+  ctx: LeafContext, index: number, value: unknown, expected: string
+): FlotillaError {
+  return dataMismatch(
+    `Unable to parse 'data' for ${ctx.kind} '${ctx.name}': ${ctx.datatype} element at index ${index} must be ${expected}, ` +
+    `got ${describeValue(value)}`
+  )
+}
+
+function byteSizeError (name: string, kind: TensorKind, byteSize: number, maxBytes: number): FlotillaError {
+  return invalidRequest(
+    `JSON ${kind} '${name}' has a byte_size (${byteSize} bytes) that exceeds the maximum allowed value of ` +
+    `${maxBytes} bytes. Use --http-max-input-size to increase the limit.`
+  )
+}
+
+/**
+ * Converts a tensor's JSON `data` (flat or nested) to typed storage, checking the leaf count against `shape` and each
+ * leaf against the datatype's rules (triton-behaviour.md §1.7). Integer leaves are cast with truncation as Triton's C
+ * casts do (300 → 44 for UINT8); the typed-array stores perform exactly that modular reduction.
+ */
+function decodeTensorData (
+  name: string, kind: TensorKind, datatype: DataType, shape: readonly number[], data: unknown, maxBytes: number
+): TensorData {
+  if (!Array.isArray(data)) {
+    throw invalidRequest("Unable to parse 'data': attempt to access JSON non-array as array")
+  }
+  const count = elementCount(shape)
+  if (count > Number.MAX_SAFE_INTEGER) {
+    throw invalidRequest(
+      `invalid shape for ${kind} '${name}': shape ${shapeString(shape)} causes total element count to exceed ` +
+      `maximum size of ${Number.MAX_SAFE_INTEGER}`
+    )
+  }
+  const elementSize = DATATYPES[datatype].byteSize
+  if (elementSize !== 0 && count * elementSize > maxBytes) throw byteSizeError(name, kind, count * elementSize, maxBytes)
+  // Triton reads nothing for a zero-element tensor, whatever 'data' holds.
+  if (count === 0) return allocateTensorData(datatype, 0)
+
+  const leaves = flattenData(data, name, kind)
+  if (leaves.length < count) {
+    throw dataMismatch(
+      "Failed to parse 'data' field: shape does not match true shape " +
+      `(${kind} '${name}', shape ${shapeString(shape)}: expected ${count} elements, got ${leaves.length})`
+    )
+  }
+  if (leaves.length > count) {
+    throw dataMismatch(
+      "Unable to parse 'data': Shape does not match true shape of 'data' field " +
+      `(${kind} '${name}', shape ${shapeString(shape)}: expected ${count} elements, got ${leaves.length})`
+    )
+  }
+  return convertLeaves({ name, kind, datatype }, leaves, maxBytes)
+}
+
+// One tight loop per storage kind: the datatype switch runs once per tensor, not once per element.
+function convertLeaves (ctx: LeafContext, leaves: unknown[], maxBytes: number): TensorData {
+  const n = leaves.length
+  switch (ctx.datatype) {
+    case 'BOOL': {
+      const out = new Uint8Array(n)
+      for (let i = 0; i < n; i++) {
+        const v = leaves[i]
+        if (v === true) out[i] = 1
+        else if (v !== false) throw leafError(ctx, i, v, 'true or false')
+      }
+      return out
+    }
+    case 'UINT8': return fillUnsigned(new Uint8Array(n), ctx, leaves)
+    case 'UINT16': return fillUnsigned(new Uint16Array(n), ctx, leaves)
+    case 'UINT32': return fillUnsigned(new Uint32Array(n), ctx, leaves)
+    case 'INT8': return fillSigned(new Int8Array(n), ctx, leaves)
+    case 'INT16': return fillSigned(new Int16Array(n), ctx, leaves)
+    case 'INT32': return fillSigned(new Int32Array(n), ctx, leaves)
+    case 'UINT64': {
+      const out = new BigUint64Array(n)
+      for (let i = 0; i < n; i++) {
+        const v = leaves[i]
+        if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > TWO_POW_64) {
+          throw leafError(ctx, i, v, 'a non-negative integer below 2^64')
+        }
+        // 2^64 is what the literal 18446744073709551615 (UINT64 max) becomes as a double.
+        out[i] = v === TWO_POW_64 ? UINT64_MAX : BigInt(v)
+      }
+      return out
+    }
+    case 'INT64': {
+      const out = new BigInt64Array(n)
+      for (let i = 0; i < n; i++) {
+        const v = leaves[i]
+        if (typeof v !== 'number' || !Number.isInteger(v) || v < -TWO_POW_63 || v > TWO_POW_63) {
+          throw leafError(ctx, i, v, 'an integer in the INT64 range')
+        }
+        // 2^63 is what the literal 9223372036854775807 (INT64 max) becomes as a double.
+        out[i] = v === TWO_POW_63 ? INT64_MAX : BigInt(v)
+      }
+      return out
+    }
+    case 'FP32': {
+      const out = new Float32Array(n)
+      for (let i = 0; i < n; i++) {
+        const v = leaves[i]
+        if (typeof v !== 'number') throw leafError(ctx, i, v, 'a number')
+        out[i] = v
+      }
+      return out
+    }
+    case 'FP64': {
+      const out = new Float64Array(n)
+      for (let i = 0; i < n; i++) {
+        const v = leaves[i]
+        if (typeof v !== 'number') throw leafError(ctx, i, v, 'a number')
+        out[i] = v
+      }
+      return out
+    }
+    case 'FP16':
+    case 'BF16': {
+      const out = new Uint16Array(n)
+      const fp16 = ctx.datatype === 'FP16'
+      for (let i = 0; i < n; i++) {
+        const v = leaves[i]
+        if (typeof v !== 'number') throw leafError(ctx, i, v, 'a number')
+        out[i] = fp16 ? float32ToFp16Bits(v) : float32ToBf16Bits(v)
+      }
+      return out
+    }
+    case 'BYTES': {
+      const out = new Array<Uint8Array>(n)
+      let byteSize = 0
+      for (let i = 0; i < n; i++) {
+        const v = leaves[i]
+        if (typeof v !== 'string') throw leafError(ctx, i, v, 'a string')
+        const bytes = utf8Encoder.encode(v)
+        // Triton sizes BYTES tensors with a 4-byte length prefix per element.
+        byteSize += 4 + bytes.length
+        if (byteSize > maxBytes) throw byteSizeError(ctx.name, ctx.kind, byteSize, maxBytes)
+        out[i] = bytes
+      }
+      return out
+    }
+  }
+}
+
+function fillUnsigned<T extends Uint8Array | Uint16Array | Uint32Array> (
+  out: T, ctx: LeafContext, leaves: unknown[]
+): T {
+  for (let i = 0; i < leaves.length; i++) {
+    const v = leaves[i]
+    // Any value a uint64 holds is accepted and truncated to the element width, like Triton's C cast.
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > TWO_POW_64) {
+      throw leafError(ctx, i, v, 'a non-negative integer')
+    }
+    out[i] = v
+  }
+  return out
+}
+
+function fillSigned<T extends Int8Array | Int16Array | Int32Array> (
+  out: T, ctx: LeafContext, leaves: unknown[]
+): T {
+  for (let i = 0; i < leaves.length; i++) {
+    const v = leaves[i]
+    // Any value an int64 holds is accepted and truncated to the element width, like Triton's C cast.
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < -TWO_POW_63 || v > TWO_POW_63) {
+      throw leafError(ctx, i, v, 'an integer')
+    }
+    out[i] = v
+  }
+  return out
+}
+
+/** Decodes one `{name, datatype, shape, parameters?, data}` object (input or output). */
+function decodeTensor (
+  obj: JsonObject, kind: TensorKind, maxBytes: number, seen: Set<string>,
+  duplicateMessage: (name: string) => string
+): Tensor {
+  const name = requireString(obj, 'name')
+  const datatypeName = requireString(obj, 'datatype')
+  const shape = decodeShape(obj)
+  if (seen.has(name)) throw invalidRequest(duplicateMessage(name))
+  seen.add(name)
+  const parameters = Object.hasOwn(obj, 'parameters') ? decodeParameters(obj.parameters, false) : undefined
+  checkInputContentType(obj, parameters, name, kind)
+  if (!isDataType(datatypeName)) throw createError('PROTO_ERR_INVALID_DATATYPE', name)
+  const data = decodeTensorData(name, kind, datatypeName, shape, obj.data, maxBytes)
+  const tensor: Tensor = { name, datatype: datatypeName, shape, data }
+  if (parameters !== undefined) tensor.parameters = parameters
+  return tensor
+}
+
+function decodeRequestedOutputs (raw: unknown, prefix: string): RequestedOutput[] {
+  if (!Array.isArray(raw)) {
+    throw invalidRequest("Unable to parse 'outputs': attempt to access JSON non-array as array")
+  }
+  const outputs = new Array<RequestedOutput>(raw.length)
+  const seen = new Set<string>()
+  for (let i = 0; i < raw.length; i++) {
+    const obj = requireObjectElement(raw[i], 'outputs')
+    const name = requireString(obj, 'name')
+    if (seen.has(name)) throw invalidRequest(`${prefix}output '${name}' already exists in request`)
+    seen.add(name)
+    const output: RequestedOutput = { name }
+    if (Object.hasOwn(obj, 'parameters')) output.parameters = decodeParameters(obj.parameters, false)
+    outputs[i] = output
+  }
+  return outputs
+}
+
+function requireRootObject (root: unknown, what: string): JsonObject {
+  if (!isJsonObject(root)) {
+    throw invalidRequest(`Unable to parse the ${what}: expected a JSON object, got ${jsonTypeName(root)}`)
+  }
+  return root
+}
+
+/**
+ * Decodes a KServe v2 inference request body (the JSON part; model name and version come from the URL).
+ * Throws PROTO_ERR_INVALID_JSON, PROTO_ERR_INVALID_REQUEST, PROTO_ERR_INVALID_DATATYPE or PROTO_ERR_DATA_MISMATCH.
+ */
+export function decodeInferRequest (body: Buffer | string, options: DecodeInferRequestOptions = {}): InferRequest {
+  const maxBytes = options.maxInputBytes ?? DEFAULT_MAX_INPUT_BYTES
+  const root = requireRootObject(parseBody(body), 'request')
+
+  // Triton's parse order: id, parameters, inputs, outputs.
+  let id: string | undefined
+  if (Object.hasOwn(root, 'id')) id = requireString(root, 'id')
+  const prefix = requestIdPrefix(id)
+  const parameters = Object.hasOwn(root, 'parameters') ? decodeParameters(root.parameters, true) : {}
+
+  const rawInputs = requireArray(root, 'inputs')
+  const inputs = new Array<Tensor>(rawInputs.length)
+  const seen = new Set<string>()
+  const duplicate = (name: string): string => `${prefix}input '${name}' already exists in request`
+  for (let i = 0; i < rawInputs.length; i++) {
+    inputs[i] = decodeTensor(requireObjectElement(rawInputs[i], 'inputs'), 'input', maxBytes, seen, duplicate)
+  }
+
+  const request: InferRequest = { parameters, inputs }
+  if (id !== undefined) request.id = id
+  if (Object.hasOwn(root, 'outputs')) request.outputs = decodeRequestedOutputs(root.outputs, prefix)
+  return request
+}
+
+/**
+ * Decodes a KServe v2 inference response body as {@link encodeInferResponse} (or Triton, for JSON outputs) writes it.
+ * Used by the gateway and tests; errors use the same PROTO_* codes as request decoding.
+ */
+export function decodeInferResponse (body: Buffer | string, options: DecodeInferResponseOptions = {}): InferResponse {
+  const maxBytes = options.maxOutputBytes ?? Number.POSITIVE_INFINITY
+  const root = requireRootObject(parseBody(body), 'response')
+  let id: string | undefined
+  if (Object.hasOwn(root, 'id')) id = requireString(root, 'id')
+  const modelName = requireString(root, 'model_name')
+  const modelVersion = requireString(root, 'model_version')
+  const parameters = Object.hasOwn(root, 'parameters') ? decodeParameters(root.parameters, false) : undefined
+  const rawOutputs = requireArray(root, 'outputs')
+  const outputs = new Array<Tensor>(rawOutputs.length)
+  const seen = new Set<string>()
+  const duplicate = (name: string): string => `output '${name}' appears more than once in the response`
+  for (let i = 0; i < rawOutputs.length; i++) {
+    outputs[i] = decodeTensor(requireObjectElement(rawOutputs[i], 'outputs'), 'output', maxBytes, seen, duplicate)
+  }
+  const response: InferResponse = { model_name: modelName, model_version: modelVersion, outputs }
+  if (id !== undefined) response.id = id
+  if (parameters !== undefined) response.parameters = parameters
+  return response
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Encoding
+
+/** A JSON number token; NaN and ±Infinity as RapidJSON's bare tokens, and -0 kept (String(-0) is "0"). */
+function numberToken (v: number): string {
+  return v === 0 && 1 / v < 0 ? '-0' : String(v)
+}
+
+function encodeParameters (parameters: Parameters): string {
+  let s = '{'
+  let first = true
+  for (const key of Object.keys(parameters)) {
+    const v = parameters[key]
+    if (v === undefined) continue
+    if (!first) s += ','
+    first = false
+    s += JSON.stringify(key) + ':'
+    s += typeof v === 'string' ? JSON.stringify(v) : typeof v === 'number' ? numberToken(v) : (v ? 'true' : 'false')
+  }
+  return s + '}'
+}
+
+/**
+ * `[...]` for plain numbers. JSON.stringify of a plain array is V8's fastest number printer (2-3x TypedArray join),
+ * with JS's shortest round-trip form, but it writes NaN/Infinity as null and -0 as 0; arrays holding those take the
+ * per-element path, which writes RapidJSON's bare NaN/Infinity/-Infinity tokens and keeps -0.
+ */
+function encodeNumbers (a: Float32Array | Float64Array | number[]): string {
+  let plain = true
+  for (let i = 0; i < a.length; i++) {
+    const v = a[i] as number
+    // v - v is NaN for NaN and ±Infinity; 1 / v < 0 singles out -0 among zeros.
+    if (v - v !== 0 || (v === 0 && 1 / v < 0)) { plain = false; break }
+  }
+  if (plain) return JSON.stringify(Array.isArray(a) ? a : Array.from(a))
+  let s = '['
+  for (let i = 0; i < a.length; i++) s += (i === 0 ? '' : ',') + numberToken(a[i] as number)
+  return s + ']'
+}
+
+/** The JSON array for a tensor's elements, always flat. */
+function encodeDataArray (datatype: DataType, data: TensorData): string {
+  switch (datatype) {
+    case 'UINT8': case 'UINT16': case 'UINT32':
+    case 'INT8': case 'INT16': case 'INT32':
+      // Every 8/16/32-bit integer is a safe double, so the fast number printer is exact.
+      return JSON.stringify(Array.from(data as Uint8Array | Uint16Array | Uint32Array | Int8Array | Int16Array | Int32Array))
+    case 'UINT64': case 'INT64':
+      // BigInt array join prints every value exactly (JSON.stringify refuses bigint) and is the fastest route.
+      return '[' + (data as BigInt64Array | BigUint64Array).join(',') + ']'
+    case 'FP32': case 'FP64':
+      // FP32 elements are widened to double, so 0.1f prints as 0.10000000149011612, as Triton does.
+      return encodeNumbers(data as Float32Array | Float64Array)
+    case 'FP16': case 'BF16': {
+      const a = data as Uint16Array
+      const widened = new Array<number>(a.length)
+      const fp16 = datatype === 'FP16'
+      for (let i = 0; i < a.length; i++) {
+        const bits = a[i] as number
+        widened[i] = fp16 ? fp16BitsToFloat32(bits) : bf16BitsToFloat32(bits)
+      }
+      return encodeNumbers(widened)
+    }
+    case 'BOOL': {
+      const a = data as Uint8Array
+      const bools = new Array<boolean>(a.length)
+      for (let i = 0; i < a.length; i++) bools[i] = a[i] !== 0
+      return JSON.stringify(bools)
+    }
+    case 'BYTES': {
+      const a = data as Uint8Array[]
+      const strings = new Array<string>(a.length)
+      for (let i = 0; i < a.length; i++) strings[i] = utf8Decoder.decode(a[i] as Uint8Array)
+      return JSON.stringify(strings)
+    }
+  }
+}
+
+function encodeTensor (t: Tensor, kind: TensorKind): string {
+  const count = elementCount(t.shape)
+  if (t.data.length !== count) {
+    throw createError(
+      'FLT_ERR_INTERNAL',
+      `${kind} tensor shape does not match size of ${kind} for '${t.name}': shape ${shapeString(t.shape)} ` +
+      `needs ${count} elements, data has ${t.data.length}`
+    )
+  }
+  let s = '{"name":' + JSON.stringify(t.name) + ',"datatype":"' + t.datatype + '","shape":' + shapeString(t.shape)
+  if (t.parameters !== undefined) s += ',"parameters":' + encodeParameters(t.parameters)
+  return s + ',"data":' + encodeDataArray(t.datatype, t.data) + '}'
+}
+
+/**
+ * Encodes an inference response as compact JSON in Triton's key order: `id` (only when non-empty), `model_name`,
+ * `model_version`, `parameters` (only when present), `outputs` with data always flattened.
+ * Throws FLT_ERR_INTERNAL when an output's data length does not match its shape.
+ */
+export function encodeInferResponse (response: InferResponse): string {
+  let s = '{'
+  if (response.id !== undefined && response.id !== '') s += '"id":' + JSON.stringify(response.id) + ','
+  s += '"model_name":' + JSON.stringify(response.model_name) +
+    ',"model_version":' + JSON.stringify(response.model_version)
+  if (response.parameters !== undefined) s += ',"parameters":' + encodeParameters(response.parameters)
+  s += ',"outputs":['
+  const outputs = response.outputs
+  for (let i = 0; i < outputs.length; i++) {
+    if (i > 0) s += ','
+    s += encodeTensor(outputs[i] as Tensor, 'output')
+  }
+  return s + ']}'
+}
+
+/**
+ * Encodes an inference request as the JSON body {@link decodeInferRequest} reads: `id` (when non-empty),
+ * `parameters` (when non-empty), `inputs` with flattened data, `outputs` (when set). FP16/BF16 inputs are written as
+ * numbers, which Flotilla accepts and Triton does not.
+ */
+export function encodeInferRequest (request: InferRequest): string {
+  let s = '{'
+  let sep = ''
+  if (request.id !== undefined && request.id !== '') {
+    s += '"id":' + JSON.stringify(request.id)
+    sep = ','
+  }
+  if (Object.keys(request.parameters).length > 0) {
+    s += sep + '"parameters":' + encodeParameters(request.parameters)
+    sep = ','
+  }
+  s += sep + '"inputs":['
+  const inputs = request.inputs
+  for (let i = 0; i < inputs.length; i++) {
+    if (i > 0) s += ','
+    s += encodeTensor(inputs[i] as Tensor, 'input')
+  }
+  s += ']'
+  if (request.outputs !== undefined) {
+    s += ',"outputs":['
+    const outputs = request.outputs
+    for (let i = 0; i < outputs.length; i++) {
+      const o = outputs[i] as RequestedOutput
+      if (i > 0) s += ','
+      s += '{"name":' + JSON.stringify(o.name)
+      if (o.parameters !== undefined) s += ',"parameters":' + encodeParameters(o.parameters)
+      s += '}'
+    }
+    s += ']'
+  }
+  return s + '}'
+}
