@@ -63,8 +63,19 @@ export const errorCodes = {
     http: 404, grpc: 'NOT_FOUND',
     message: "Request for unknown model: '%s' is not served by any server in the fleet (served models: %s)"
   },
+  GW_ERR_MODEL_VERSION_NOT_SERVED: {
+    http: 404, grpc: 'NOT_FOUND',
+    message: "Request for unknown model: '%s' version %s is not served by any server in the fleet (versions served: %s)"
+  },
   GW_ERR_NO_UPSTREAM: {
     http: 502, grpc: 'UNAVAILABLE', message: "no server serving model '%s' could be reached (tried: %s): %s"
+  },
+  GW_ERR_UPSTREAM_UNREACHABLE: { http: 502, grpc: 'UNAVAILABLE', message: "server '%s' could not be reached: %s" },
+  GW_ERR_UPSTREAM_BROKEN: {
+    http: 502, grpc: 'UNAVAILABLE', message: "server '%s' failed while answering a request for model '%s': %s"
+  },
+  GW_ERR_INDEX_UNAVAILABLE: {
+    http: 502, grpc: 'UNAVAILABLE', message: 'no server in the fleet could be reached for the repository index (tried: %s)%s'
   },
   GW_ERR_UPSTREAM_TIMEOUT: { http: 504, grpc: 'DEADLINE_EXCEEDED', message: "server '%s' did not answer within %s ms" },
 

@@ -1,0 +1,220 @@
+/**
+ * The fleet file: which inference servers exist, which models each serves, how traffic is balanced, and the
+ * gateway's own listeners and limits. The seed format (`model_repository`, `inference_servers[] {name, host, port,
+ * models}`, `load_balancer {type, servers}`) loads unchanged; everything else is an optional extension.
+ *
+ * The schema below is the single definition of the format: the TypeScript types are derived from it. The file is
+ * validated once, here, and every problem found is reported at once, each with `file:line:col` and the key path, so
+ * a broken fleet file is fixed in one round. Past this point the gateway trusts the config (design: "validate at
+ * the boundary"), which is why the result is normalised (defaults filled in) and frozen.
+ */
+import { readFileSync } from 'node:fs'
+import { isMap, isScalar, isSeq, LineCounter, parseDocument, type Node } from 'yaml'
+import { createError, wrapError } from '../../common/errors.ts'
+import {
+  INVALID, SchemaContext, formatProblem, integer, list, object, oneOf, optional, required, string, stringMap,
+  withDefault, type Infer
+} from './yaml-schema.ts'
+
+export const DEFAULT_GATEWAY_HOST = '127.0.0.1'
+export const DEFAULT_HTTP_PORT = 8000
+export const DEFAULT_METRICS_PORT = 8002
+/** 64 MiB: room for a batch of large image tensors in JSON, while still bounding what one request can pin. */
+export const DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+export const DEFAULT_REQUEST_TIMEOUT_MS = 60_000
+export const DEFAULT_SERVER_WEIGHT = 1
+export const MAX_SERVER_WEIGHT = 1000
+/** The `gateway` section when the file has none. */
+export const DEFAULT_GATEWAY_SETTINGS = Object.freeze({
+  host: DEFAULT_GATEWAY_HOST,
+  http_port: DEFAULT_HTTP_PORT,
+  metrics_port: DEFAULT_METRICS_PORT,
+  max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+  request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS
+})
+/** setTimeout clamps longer delays to 1 ms, so a larger timeout would silently become "fire at once". */
+const MAX_TIMER_MS = 2 ** 31 - 1
+/** Buffers above this size are not possible on every platform Node supports. */
+const MAX_BODY_LIMIT = 2 ** 31 - 1
+
+/** What {@link parseFleetConfig} and {@link loadFleetFile} need from the rest of the gateway. */
+export interface FleetConfigOptions {
+  /** Whether `load_balancer.type` names a registered balancing strategy (see `gateway/balancer/registry.ts`). */
+  isKnownStrategy (name: string): boolean
+  /** The registered strategy names, listed in the message when `load_balancer.type` is unknown. */
+  knownStrategies?: readonly string[]
+}
+
+/** Options for {@link parseFleetConfig}. */
+export interface ParseFleetConfigOptions extends FleetConfigOptions {
+  /** The file name that messages start with. */
+  file: string
+}
+
+function hostCheck (value: string): string | undefined {
+  if (/[\s/[\]]/.test(value)) {
+    return `'${value}' must be a host name or IP address alone: no scheme, path, spaces or brackets (write IPv6 addresses bare)`
+  }
+  return undefined
+}
+
+// Server names travel in the x-flotilla-endpoint response header and as metric label values, so they are kept to
+// characters that are safe in both without escaping.
+const SERVER_NAME = {
+  regex: /^[\x21-\x7e]+$/,
+  hint: 'use visible ASCII characters without spaces (the name is sent in the x-flotilla-endpoint header)'
+}
+
+// A model name is one URL path segment (/v2/models/<name>/...), as in Triton, where it is a directory name.
+const MODEL_NAME = { regex: /^[^/\s]+$/, hint: 'model names cannot contain slashes or whitespace' }
+
+function fleetSchema (options: FleetConfigOptions) {
+  const known = options.knownStrategies
+  const strategy = string({
+    check: (value) => options.isKnownStrategy(value)
+      ? undefined
+      : `'${value}' is not a known balancing strategy` + (known === undefined ? '' : ` (known: ${known.join(', ')})`)
+  })
+
+  const inferenceServer = object({
+    name: required(string({ pattern: SERVER_NAME })),
+    host: required(string({ check: hostCheck })),
+    port: required(integer(1, 65535)),
+    models: required(list(string({ pattern: MODEL_NAME }), { nonEmpty: 'a server must serve at least one model', unique: { what: 'model' } })),
+    weight: withDefault(integer(0, MAX_SERVER_WEIGHT), DEFAULT_SERVER_WEIGHT),
+    protocol: withDefault(oneOf(['http'], { grpc: 'gRPC upstreams come in a later release' }), 'http'),
+    labels: withDefault(stringMap(), Object.freeze({})),
+    versions: optional(list(integer(0, Number.MAX_SAFE_INTEGER), {
+      nonEmpty: 'omit it to serve every version',
+      unique: { what: 'version' }
+    }))
+  })
+
+  const loadBalancer = object({
+    type: required(strategy),
+    servers: optional(list(object({ name: required(string()) }), {
+      nonEmpty: 'omit it to send traffic to every inference server',
+      unique: { what: 'server', key: 'name' }
+    }))
+  })
+
+  const gateway = object({
+    host: withDefault(string({ check: hostCheck }), DEFAULT_GATEWAY_HOST),
+    http_port: withDefault(integer(0, 65535), DEFAULT_HTTP_PORT),
+    metrics_port: withDefault(integer(0, 65535), DEFAULT_METRICS_PORT),
+    max_body_bytes: withDefault(integer(1, MAX_BODY_LIMIT), DEFAULT_MAX_BODY_BYTES),
+    request_timeout_ms: withDefault(integer(1, MAX_TIMER_MS), DEFAULT_REQUEST_TIMEOUT_MS)
+  })
+
+  return object({
+    model_repository: optional(string()),
+    inference_servers: required(list(inferenceServer, {
+      nonEmpty: 'the gateway needs at least one server',
+      unique: { what: 'server name', key: 'name' }
+    })),
+    load_balancer: required(loadBalancer),
+    gateway: withDefault(gateway, DEFAULT_GATEWAY_SETTINGS)
+  })
+}
+
+/** A validated, normalised, deeply frozen fleet file. Keys are spelled as in the YAML. */
+export type FleetConfig = Infer<ReturnType<typeof fleetSchema>>
+/** One entry of `inference_servers`. `versions` absent means the server serves every version. */
+export type InferenceServerConfig = FleetConfig['inference_servers'][number]
+/** The `load_balancer` section. `servers` absent means every inference server takes traffic. */
+export type LoadBalancerConfig = FleetConfig['load_balancer']
+/** The `gateway` section (listeners and limits), with defaults filled in. */
+export type GatewaySettings = FleetConfig['gateway']
+
+/**
+ * Parses and validates fleet YAML.
+ *
+ * @param text the file's contents
+ * @param options `file` names the source in messages; `isKnownStrategy` validates `load_balancer.type`
+ * @returns the normalised, frozen config
+ * @throws FlotillaError `GW_ERR_FLEET_INVALID` listing every problem, one per line, as `file:line:col: message`
+ */
+export function parseFleetConfig (text: string, options: ParseFleetConfigOptions): FleetConfig {
+  const lineCounter = new LineCounter()
+  // uniqueKeys off: duplicate keys are reported by the schema walk, with the key path and where the first one is.
+  const doc = parseDocument(text, { lineCounter, uniqueKeys: false, prettyErrors: false })
+  const file = options.file
+  const fail = (lines: string[]): never => { throw createError('GW_ERR_FLEET_INVALID', lines.join('\n')) }
+
+  if (doc.errors.length > 0) {
+    // A syntax error can make everything after it mean something else, so the schema is not checked.
+    fail(doc.errors.map((err) => formatProblem(file, lineCounter, {
+      offset: err.pos[0],
+      message: `YAML syntax error: ${err.message.split('\n')[0] ?? err.message}`
+    })))
+  }
+  if (doc.contents === null) {
+    fail([`${file}:1:1: the fleet file is empty; it needs at least 'inference_servers' and 'load_balancer'`])
+  }
+
+  const ctx = new SchemaContext(doc, lineCounter)
+  const config = fleetSchema(options).read(doc.contents, '', ctx, null)
+  crossCheck(doc.contents, ctx)
+
+  if (ctx.problems.length > 0 || config === INVALID) {
+    const problems = [...ctx.problems].sort((a, b) => a.offset - b.offset)
+    fail(problems.map((p) => formatProblem(file, lineCounter, p)))
+  }
+  return config as FleetConfig
+}
+
+/**
+ * Reads and validates a fleet file.
+ *
+ * @throws FlotillaError `GW_ERR_FLEET_INVALID` when the file cannot be read or is invalid (see {@link parseFleetConfig})
+ */
+export function loadFleetFile (path: string, options: FleetConfigOptions): FleetConfig {
+  let text: string
+  try {
+    text = readFileSync(path, 'utf8')
+  } catch (err) {
+    throw wrapError('GW_ERR_FLEET_INVALID', err, `cannot read the fleet file '${path}': ${(err as Error).message}`)
+  }
+  return parseFleetConfig(text, { ...options, file: path })
+}
+
+/**
+ * Rules that span sections, checked on the YAML nodes so they are reported even when other parts are invalid.
+ */
+function crossCheck (root: Node | null, ctx: SchemaContext): void {
+  const servers = ctx.resolve(childOf(root, 'inference_servers', ctx))
+  const balancer = ctx.resolve(childOf(root, 'load_balancer', ctx))
+  const picked = ctx.resolve(childOf(balancer, 'servers', ctx))
+  if (isSeq(servers) && isSeq(picked)) {
+    const names: string[] = []
+    for (const item of servers.items) {
+      const name = ctx.resolve(childOf(ctx.resolve(item), 'name', ctx))
+      if (isScalar(name) && typeof name.value === 'string' && !names.includes(name.value)) names.push(name.value)
+    }
+    picked.items.forEach((item, i) => {
+      const name = ctx.resolve(childOf(ctx.resolve(item), 'name', ctx))
+      if (isScalar(name) && typeof name.value === 'string' && name.value.trim() !== '' && !names.includes(name.value)) {
+        ctx.report(name, null, `load_balancer.servers[${i}].name '${name.value}' is not the name of any ` +
+          `inference_servers entry (known: ${names.join(', ')})`)
+      }
+    })
+  }
+
+  // Checked on the nodes too, so that a clash is reported alongside problems elsewhere in the file.
+  const gateway = ctx.resolve(childOf(root, 'gateway', ctx))
+  const httpNode = childOf(gateway, 'http_port', ctx)
+  const metricsNode = childOf(gateway, 'metrics_port', ctx)
+  const httpPort = httpNode === null ? DEFAULT_HTTP_PORT : integerOf(httpNode)
+  const metricsPort = metricsNode === null ? DEFAULT_METRICS_PORT : integerOf(metricsNode)
+  if (httpPort !== undefined && httpPort !== 0 && httpPort === metricsPort) {
+    ctx.report(metricsNode ?? httpNode, null, `gateway.metrics_port must differ from gateway.http_port (both are ${httpPort})`)
+  }
+}
+
+function integerOf (node: Node): number | undefined {
+  return isScalar(node) && typeof node.value === 'number' && Number.isInteger(node.value) ? node.value : undefined
+}
+
+function childOf (node: Node | null, key: string, ctx: SchemaContext): Node | null {
+  return isMap(node) ? ctx.resolve(node.get(key, true)) : null
+}

@@ -1,0 +1,193 @@
+/**
+ * The live view of the fleet: one {@link Endpoint} per server that takes traffic, and per model the candidate list
+ * the balancer picks from. Candidate lists are computed when the fleet changes, never per request, and keep their
+ * identity until the next change (balancers key per-set state on them).
+ *
+ * Today the fleet comes from the fleet file alone; Consul and the admin API will feed {@link Fleet.update} too.
+ */
+import { type FleetConfig, type InferenceServerConfig } from './fleet-config.ts'
+import { type Endpoint } from './types.ts'
+
+/** What the fleet needs to know about a server (an `inference_servers` entry, or one found by discovery). */
+export type FleetServer = Pick<InferenceServerConfig, 'name' | 'host' | 'port' | 'models' | 'weight' | 'labels' | 'versions'>
+
+/** Candidate lists for one model. */
+interface ModelRoute {
+  /** Every eligible endpoint serving the model: for requests that name no version. */
+  readonly all: readonly Endpoint[]
+  /** Eligible endpoints with no `versions` list: for a version that no server names explicitly. */
+  readonly anyVersion: readonly Endpoint[]
+  /** Per version named in some server's `versions` list: the endpoints naming it plus those serving any version. */
+  readonly byVersion: ReadonlyMap<string, readonly Endpoint[]>
+}
+
+const NONE: readonly Endpoint[] = Object.freeze([])
+
+/** `http://host:port`, bracketing IPv6 literals as URLs require. */
+export function originOf (host: string, port: number): string {
+  return `http://${host.includes(':') ? `[${host}]` : host}:${port}`
+}
+
+/** The servers of `config` that take traffic: all of them, or those named in `load_balancer.servers`. */
+export function trafficServers (config: FleetConfig): readonly InferenceServerConfig[] {
+  const picked = config.load_balancer.servers
+  if (picked === undefined) return config.inference_servers
+  const names = new Set(picked.map((s) => s.name))
+  return config.inference_servers.filter((s) => names.has(s.name))
+}
+
+export class Fleet {
+  #endpoints: readonly Endpoint[] = NONE
+  #byName = new Map<string, Endpoint>()
+  #routes = new Map<string, ModelRoute>()
+  #models: readonly string[] = []
+
+  constructor (servers: readonly FleetServer[]) {
+    this.update(servers)
+  }
+
+  /** The fleet for the servers of `config` that take traffic (see {@link trafficServers}). */
+  static fromConfig (config: FleetConfig): Fleet {
+    return new Fleet(trafficServers(config))
+  }
+
+  /**
+   * Replaces the set of servers. An endpoint whose configuration is unchanged keeps its object (and so its state
+   * and in-flight count); a changed or new one gets a new endpoint. Rebuilds every candidate list.
+   */
+  update (servers: readonly FleetServer[]): void {
+    const byName = new Map<string, Endpoint>()
+    for (const server of servers) {
+      const previous = this.#byName.get(server.name)
+      byName.set(server.name, previous !== undefined && sameConfig(previous, server) ? previous : toEndpoint(server))
+    }
+    this.#byName = byName
+    this.#endpoints = Object.freeze([...byName.values()])
+    this.#rebuild()
+  }
+
+  /** Every endpoint, in fleet-file order, whatever its state. */
+  get endpoints (): readonly Endpoint[] {
+    return this.#endpoints
+  }
+
+  /** The names of the models some server serves, sorted. */
+  get models (): readonly string[] {
+    return this.#models
+  }
+
+  get (name: string): Endpoint | undefined {
+    return this.#byName.get(name)
+  }
+
+  /** Whether any server in the fleet lists `model` (whatever its state). */
+  servesModel (model: string): boolean {
+    return this.#routes.has(model)
+  }
+
+  /**
+   * The endpoints that may take a request for `model` (and `version`, when given), in fleet order. The array is
+   * shared and frozen: callers must not keep it past the next {@link Fleet.update}, nor modify it.
+   *
+   * @param version decimal digits as in the URL (leading zeros allowed); `undefined` when the URL names none
+   */
+  endpointsServing (model: string, version?: string): readonly Endpoint[] {
+    const route = this.#routes.get(model)
+    if (route === undefined) return NONE
+    if (version === undefined) return route.all
+    return route.byVersion.get(canonicalVersion(version)) ?? route.anyVersion
+  }
+
+  /** The versions named for `model` across servers, or `undefined` when some server serves every version. */
+  versionsOf (model: string): readonly number[] | undefined {
+    const versions = new Set<number>()
+    for (const endpoint of this.#endpoints) {
+      if (!endpoint.models.includes(model)) continue
+      if (endpoint.versions === undefined) return undefined
+      for (const v of endpoint.versions) versions.add(v)
+    }
+    return [...versions].sort((a, b) => a - b)
+  }
+
+  #rebuild (): void {
+    const routes = new Map<string, { all: Endpoint[], anyVersion: Endpoint[], byVersion: Map<string, Endpoint[]> }>()
+    for (const endpoint of this.#endpoints) {
+      for (const model of endpoint.models) {
+        if (!routes.has(model)) routes.set(model, { all: [], anyVersion: [], byVersion: new Map() })
+      }
+    }
+    // Versions first, so that each version's list can include the any-version endpoints in fleet order below.
+    for (const endpoint of this.#endpoints) {
+      for (const model of endpoint.models) {
+        const route = routes.get(model)
+        for (const v of endpoint.versions ?? []) {
+          if (route !== undefined && !route.byVersion.has(String(v))) route.byVersion.set(String(v), [])
+        }
+      }
+    }
+    for (const endpoint of this.#endpoints) {
+      // Later states (draining, ejected, unhealthy) are left out here, so no request path ever checks them.
+      if (endpoint.state !== 'active') continue
+      for (const model of endpoint.models) {
+        const route = routes.get(model)
+        if (route === undefined) continue
+        route.all.push(endpoint)
+        if (endpoint.versions === undefined) {
+          route.anyVersion.push(endpoint)
+          for (const list of route.byVersion.values()) list.push(endpoint)
+        } else {
+          for (const v of endpoint.versions) route.byVersion.get(String(v))?.push(endpoint)
+        }
+      }
+    }
+    const frozen = new Map<string, ModelRoute>()
+    for (const [model, route] of routes) {
+      const byVersion = new Map<string, readonly Endpoint[]>()
+      for (const [v, list] of route.byVersion) byVersion.set(v, Object.freeze(list))
+      frozen.set(model, { all: Object.freeze(route.all), anyVersion: Object.freeze(route.anyVersion), byVersion })
+    }
+    this.#routes = frozen
+    this.#models = Object.freeze([...frozen.keys()].sort())
+  }
+}
+
+/** Version strings as in the URL may have leading zeros ("01" is version 1, as Triton parses it). */
+function canonicalVersion (version: string): string {
+  if (version.length < 2 || version.charCodeAt(0) !== 48 /* '0' */) return version
+  const stripped = version.replace(/^0+/, '')
+  return stripped === '' ? '0' : stripped
+}
+
+function toEndpoint (server: FleetServer): Endpoint {
+  return {
+    name: server.name,
+    host: server.host,
+    port: server.port,
+    origin: originOf(server.host, server.port),
+    models: Object.freeze([...server.models]),
+    versions: server.versions === undefined ? undefined : Object.freeze([...server.versions]),
+    weight: server.weight,
+    labels: Object.freeze({ ...server.labels }),
+    state: 'active',
+    inFlight: 0
+  }
+}
+
+function sameConfig (endpoint: Endpoint, server: FleetServer): boolean {
+  return endpoint.host === server.host && endpoint.port === server.port && endpoint.weight === server.weight &&
+    sameList(endpoint.models, server.models) && sameOptionalList(endpoint.versions, server.versions) &&
+    sameLabels(endpoint.labels, server.labels)
+}
+
+function sameList<T> (a: readonly T[], b: readonly T[]): boolean {
+  return a.length === b.length && a.every((x, i) => x === b[i])
+}
+
+function sameOptionalList<T> (a: readonly T[] | undefined, b: readonly T[] | undefined): boolean {
+  return a === undefined || b === undefined ? a === b : sameList(a, b)
+}
+
+function sameLabels (a: Readonly<Record<string, string>>, b: Readonly<Record<string, string>>): boolean {
+  const keys = Object.keys(a)
+  return keys.length === Object.keys(b).length && keys.every((k) => a[k] === b[k])
+}

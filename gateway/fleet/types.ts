@@ -1,0 +1,36 @@
+/**
+ * What the rest of the gateway sees of one upstream server. Balancers, the proxy and metrics depend on this file
+ * only, never on how the fleet is built (fleet file today; Consul and the admin API later).
+ */
+
+/**
+ * Lifecycle state of an endpoint. Only `active` exists so far; later issues add `draining`, `ejected` and
+ * `unhealthy`, and the fleet keeps every endpoint that is not `active` out of the candidate lists it hands out.
+ */
+export type EndpointState = 'active'
+
+/**
+ * One upstream server as the gateway routes to it.
+ *
+ * Ownership: the configuration fields are fixed for the life of the object (a changed host or port means a new
+ * endpoint). `state` is written only by the fleet. `inFlight` is written only by the proxy, which increments it
+ * before sending a request and decrements it when the exchange is over; balancers may read both, never write.
+ */
+export interface Endpoint {
+  /** Unique within the fleet; sent back to clients in `x-flotilla-endpoint` and used as a metric label. */
+  readonly name: string
+  readonly host: string
+  readonly port: number
+  /** `http://host:port` (IPv6 hosts bracketed), computed once so the proxy never builds it per request. */
+  readonly origin: string
+  /** The models this server serves, as named in the fleet file. */
+  readonly models: readonly string[]
+  /** The model versions this server serves; `undefined` means any version. */
+  readonly versions: readonly number[] | undefined
+  /** Relative share of traffic for weighted strategies (0 = none). */
+  readonly weight: number
+  readonly labels: Readonly<Record<string, string>>
+  state: EndpointState
+  /** Requests sent to this endpoint that have not finished yet. */
+  inFlight: number
+}

@@ -1,0 +1,136 @@
+/**
+ * Starts a gateway from a validated fleet config: the HTTP front, the metrics listener, one connection pool per
+ * server. No process-level side effects (signals, exit, global metrics): the CLI owns those, and tests start as
+ * many gateways in one process as they like.
+ */
+import { type Server } from 'node:http'
+import { performance } from 'node:perf_hooks'
+import { listen } from '../common/http-server.ts'
+import { createLogger, type Logger } from '../common/logger.ts'
+import { balancerNames, createBalancer, hasBalancer } from './balancer/registry.ts'
+import { type BalancerDeps } from './balancer/types.ts'
+import { loadFleetFile, type FleetConfig } from './fleet/fleet-config.ts'
+import { Fleet } from './fleet/fleet.ts'
+import { Forwarder } from './proxy/forward.ts'
+import { UpstreamPool, type PoolFactory } from './proxy/upstream-pool.ts'
+import { buildGatewayHttp } from './server/http.ts'
+import { GatewayMetrics } from './server/metrics.ts'
+
+/** Options for {@link startGateway}; everything but `config` is optional. */
+export interface GatewayOptions {
+  config: FleetConfig
+  /** Overrides `gateway.host`. */
+  host?: string
+  /** Overrides `gateway.http_port`; 0 binds an ephemeral port (see {@link RunningGateway.httpPort}). */
+  httpPort?: number
+  /** Overrides `gateway.metrics_port`; 0 binds an ephemeral port, a negative value disables the listener. */
+  metricsPort?: number
+  logger?: Logger
+  /** Time and randomness for the balancer and durations; `performance.now` and `Math.random` by default. */
+  deps?: Partial<BalancerDeps>
+  /** Builds each server's connection pool; undici's `Pool` by default. For tests. */
+  poolFactory?: PoolFactory
+}
+
+/** A started gateway: where it listens, and how to stop it. */
+export interface RunningGateway {
+  /** The bound HTTP port. */
+  readonly httpPort: number
+  /** The bound metrics port, or -1 when the metrics listener is disabled. */
+  readonly metricsPort: number
+  /** `http://host:port` of the HTTP front. */
+  readonly url: string
+  /**
+   * Graceful stop: stop listening (new requests get 503 meanwhile), let requests in flight finish, then close the
+   * upstream connections and the metrics listener. Calling it again returns the same promise.
+   */
+  close (): Promise<void>
+}
+
+/**
+ * Loads and validates a fleet file against the registered balancing strategies. What the CLI and tests call
+ * before {@link startGateway}.
+ *
+ * @throws FlotillaError `GW_ERR_FLEET_INVALID` listing every problem in the file
+ */
+export function loadGatewayConfig (path: string): FleetConfig {
+  return loadFleetFile(path, { isKnownStrategy: hasBalancer, knownStrategies: balancerNames() })
+}
+
+/**
+ * Starts a gateway and resolves once both listeners are bound.
+ *
+ * @throws FlotillaError `GW_ERR_FLEET_INVALID` when `load_balancer.type` names no registered strategy
+ */
+export async function startGateway (options: GatewayOptions): Promise<RunningGateway> {
+  const config = options.config
+  const settings = config.gateway
+  const host = options.host ?? settings.host
+  const logger = options.logger ?? createLogger({ bindings: { component: 'gateway' } })
+  const deps: BalancerDeps = {
+    now: options.deps?.now ?? (() => performance.now()),
+    random: options.deps?.random ?? Math.random
+  }
+
+  const balancer = createBalancer(config.load_balancer.type, deps)
+  const fleet = Fleet.fromConfig(config)
+  const pool = new UpstreamPool(options.poolFactory === undefined ? {} : { factory: options.poolFactory })
+  const forwarder = new Forwarder({ pool, balancer, timeoutMs: settings.request_timeout_ms })
+  const metrics = new GatewayMetrics(() => fleet.endpoints)
+  const app = buildGatewayHttp({ fleet, forwarder, metrics, logger, bodyLimit: settings.max_body_bytes, now: deps.now })
+
+  let metricsServer: Server | undefined
+  let httpPort: number
+  let metricsPort = -1
+  try {
+    httpPort = await listen(app, host, options.httpPort ?? settings.http_port)
+    const wantedMetricsPort = options.metricsPort ?? settings.metrics_port
+    if (wantedMetricsPort >= 0) {
+      const server = metrics.createServer()
+      metricsServer = server
+      metricsPort = await new Promise<number>((resolve, reject) => {
+        server.once('error', reject)
+        server.listen(wantedMetricsPort, host, () => {
+          server.off('error', reject)
+          const address = server.address()
+          resolve(typeof address === 'object' && address !== null ? address.port : -1)
+        })
+      })
+    }
+  } catch (err) {
+    // One listener bound and the other not (port in use): release what was taken before reporting.
+    await app.close()
+    await pool.close()
+    const server = metricsServer
+    if (server?.listening === true) await new Promise((resolve) => server.close(resolve))
+    throw err
+  }
+
+  const url = `http://${host.includes(':') ? `[${host}]` : host}:${httpPort}`
+  logger.info({
+    url,
+    metricsPort,
+    balancer: balancer.name,
+    servers: fleet.endpoints.map((e) => `${e.name}=${e.origin}`),
+    models: fleet.models
+  }, 'gateway listening')
+
+  let closing: Promise<void> | undefined
+  return {
+    httpPort,
+    metricsPort,
+    url,
+    close () {
+      closing ??= (async () => {
+        // fastify's close waits for requests in flight, whose upstream exchanges still need the pools.
+        await app.close()
+        await pool.close()
+        if (metricsServer !== undefined) {
+          const server = metricsServer
+          await new Promise((resolve) => server.close(resolve))
+        }
+      })()
+      return closing
+    }
+  }
+}

@@ -1,0 +1,197 @@
+/**
+ * The gateway's HTTP front: the KServe v2 HTTP API as a worker serves it (triton-behaviour.md section 1), on one
+ * address for the whole fleet. Model requests go to a server that serves the model, picked by the configured
+ * balancer; `POST /v2/repository/index` asks every server and merges the answers; health and server metadata are
+ * the gateway's own. Bodies, unknown paths and wrong methods are handled exactly as a worker handles them
+ * (`common/http-server.ts`), so clients cannot tell one from the other except by `x-flotilla-endpoint`.
+ */
+import { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
+import { createError, errorBody, type FlotillaError } from '../../common/errors.ts'
+import { createKServeServer, route } from '../../common/http-server.ts'
+import { type Logger } from '../../common/logger.ts'
+import { FLOTILLA_VERSION } from '../../common/version.ts'
+import { type Fleet } from '../fleet/fleet.ts'
+import { ENDPOINT_HEADER, REQUEST_ID_HEADER, type ForwardRequest, type ForwardResult, type Forwarder, type UpstreamResponse } from '../proxy/forward.ts'
+import { type GatewayMetrics } from './metrics.ts'
+
+/**
+ * What `GET /v2` reports. Only what works end to end through the gateway: binary tensors, parameters and model
+ * configs pass through untouched. `model_repository` is left out until load/unload are routed (only the index is).
+ */
+export const GATEWAY_EXTENSIONS: readonly string[] = ['binary_tensor_data', 'model_configuration', 'parameters']
+
+/** Named in the 413 message: where to raise the body limit. */
+const BODY_LIMIT_SETTING = 'gateway.max_body_bytes in the fleet file'
+
+/** What the HTTP front routes with. */
+export interface GatewayHttpOptions {
+  fleet: Fleet
+  forwarder: Forwarder
+  metrics: GatewayMetrics
+  logger: Logger
+  /** Largest accepted request body in bytes (`gateway.max_body_bytes`). */
+  bodyLimit: number
+  /** Milliseconds from a monotonic clock, for request durations. */
+  now (): number
+}
+
+interface ModelParams { model: string, version?: string }
+
+// A version segment is decimal digits, as Triton's route regex requires; anything else falls through to 404.
+const VERSION = ':version(^\\d+$)'
+
+/** Builds (does not start) the HTTP front. */
+export function buildGatewayHttp (options: GatewayHttpOptions): FastifyInstance {
+  const { fleet, forwarder, metrics, now, logger } = options
+  const app = createKServeServer({ logger, bodyLimit: options.bodyLimit, bodyLimitSetting: BODY_LIMIT_SETTING })
+
+  // Set first so that every answer carries the id, errors included; a proxied answer repeats the same value.
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header(REQUEST_ID_HEADER, request.id)
+  })
+  app.addHook('onResponse', async (request, reply) => {
+    // Checked first so that the log object is not built when debug is off (the usual case in production).
+    if (!logger.isLevelEnabled('debug')) return
+    const params = request.params as Partial<ModelParams> | undefined
+    request.log.debug({
+      method: request.method,
+      url: request.url,
+      model: params?.model,
+      endpoint: reply.getHeader(ENDPOINT_HEADER),
+      status: reply.statusCode,
+      durationMs: reply.elapsedTime
+    }, 'request')
+  })
+
+  route(app, 'GET', '/v2/health/live', async (_request, reply) => reply.code(200).send())
+  // Ready when there is somewhere to send requests; per-server health arrives with the health checker.
+  route(app, 'GET', '/v2/health/ready', async (_request, reply) => reply.code(fleet.endpoints.length > 0 ? 200 : 400).send())
+  route(app, 'GET', '/v2', async (_request, reply) => reply.type('application/json').send(JSON.stringify({
+    name: 'flotilla',
+    version: FLOTILLA_VERSION,
+    extensions: GATEWAY_EXTENSIONS
+  })))
+
+  const proxyModel = async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
+    const { model, version } = request.params as ModelParams
+    const candidates = fleet.endpointsServing(model, version)
+    if (candidates.length === 0) {
+      const notServed = notServedError(fleet, model, version)
+      if (notServed !== undefined) throw notServed
+    }
+    const started = now()
+    const result = await forwarder.forward(candidates, model, version, forwardRequestOf(request))
+    const seconds = (now() - started) / 1000
+    metrics.observe(model, result.endpoint?.name ?? '', result.ok ? result.response.statusCode : result.error.statusCode, seconds)
+    return sendResult(request, reply, result)
+  }
+  for (const prefix of ['/v2/models/:model', `/v2/models/:model/versions/${VERSION}`]) {
+    route(app, 'GET', prefix, proxyModel)
+    route(app, 'GET', `${prefix}/ready`, proxyModel)
+    route(app, 'GET', `${prefix}/config`, proxyModel)
+    route(app, 'POST', `${prefix}/infer`, proxyModel)
+  }
+
+  route(app, 'POST', '/v2/repository/index', async (request, reply) => {
+    const endpoints = fleet.endpoints.filter((e) => e.state === 'active')
+    const forwarded = forwardRequestOf(request)
+    const results = await Promise.all(endpoints.map((e) => forwarder.sendTo(e, forwarded)))
+    return sendMergedIndex(request, reply, results)
+  })
+
+  return app
+}
+
+function forwardRequestOf (request: FastifyRequest): ForwardRequest {
+  return {
+    method: request.method,
+    path: request.url,
+    headers: request.headers,
+    body: Buffer.isBuffer(request.body) ? request.body : undefined,
+    requestId: request.id
+  }
+}
+
+/** The 404 for a model (or model version) no server lists, or `undefined` when some server does list it. */
+function notServedError (fleet: Fleet, model: string, version: string | undefined): FlotillaError | undefined {
+  if (!fleet.servesModel(model)) {
+    return createError('GW_ERR_MODEL_NOT_SERVED', model, fleet.models.length > 0 ? fleet.models.join(', ') : 'none')
+  }
+  if (version === undefined) return undefined
+  const versions = fleet.versionsOf(model)
+  if (versions === undefined || versions.includes(Number(version))) return undefined
+  // Triton's wording for an unknown version, with what the fleet does serve.
+  return createError('GW_ERR_MODEL_VERSION_NOT_SERVED', model, version, versions.join(', '))
+}
+
+function sendUpstream (reply: FastifyReply, response: UpstreamResponse): FastifyReply {
+  return reply.code(response.statusCode).headers(response.headers).send(response.body)
+}
+
+function sendResult (request: FastifyRequest, reply: FastifyReply, result: ForwardResult): FastifyReply {
+  if (result.ok) return sendUpstream(reply, result.response)
+  if (result.endpoint !== undefined) reply.header(ENDPOINT_HEADER, result.endpoint.name)
+  // An upstream failure is the fleet's problem, not the gateway's: warn, not error.
+  request.log.warn({ code: result.error.code, endpoint: result.endpoint?.name }, result.error.message)
+  return reply.code(result.error.statusCode).type('application/json').send(errorBody(result.error.message))
+}
+
+interface IndexEntry { name: string, version?: string, state?: string, reason?: string }
+
+function isIndexEntry (value: unknown): value is IndexEntry {
+  return typeof value === 'object' && value !== null && typeof (value as { name?: unknown }).name === 'string'
+}
+
+/**
+ * One index for the fleet: the union of every server's index, one entry per model and version (a READY entry
+ * wins over any other state, since the model can be served), sorted by name then version as Triton sorts it.
+ * Servers that cannot be reached or answer with something other than an index are left out; if none answered
+ * with an index, the first error answer is passed on, else a 502.
+ */
+function sendMergedIndex (request: FastifyRequest, reply: FastifyReply, results: readonly ForwardResult[]): FastifyReply {
+  const merged = new Map<string, IndexEntry>()
+  const answered: string[] = []
+  let firstAnswer: UpstreamResponse | undefined
+  const failures: string[] = []
+  for (const result of results) {
+    if (!result.ok) {
+      failures.push(result.error.message)
+      continue
+    }
+    let entries: unknown
+    try {
+      entries = result.response.statusCode === 200 ? JSON.parse(result.response.body.toString('utf8')) : undefined
+    } catch {
+      entries = undefined
+    }
+    if (!Array.isArray(entries)) {
+      request.log.warn({ endpoint: result.endpoint.name, status: result.response.statusCode },
+        'repository index answer left out of the merged index')
+      firstAnswer ??= result.response
+      continue
+    }
+    answered.push(result.endpoint.name)
+    for (const entry of entries) {
+      if (!isIndexEntry(entry)) continue
+      const key = `${entry.name}\u0000${entry.version ?? ''}`
+      const seen = merged.get(key)
+      if (seen === undefined || (seen.state !== 'READY' && entry.state === 'READY')) merged.set(key, entry)
+    }
+  }
+  if (answered.length > 0) {
+    const list = [...merged.values()].sort(compareIndexEntries)
+    return reply.code(200).header(ENDPOINT_HEADER, answered.join(', ')).type('application/json').send(JSON.stringify(list))
+  }
+  // Every server answered, and none with an index: pass on what the first one said (a 400 for a bad body, say).
+  if (firstAnswer !== undefined) return sendUpstream(reply, firstAnswer)
+  const error = createError('GW_ERR_INDEX_UNAVAILABLE',
+    results.map((r) => r.endpoint?.name ?? '?').join(', ') || 'none', failures.length > 0 ? `: ${failures.join('; ')}` : '')
+  return sendResult(request, reply, { ok: false, endpoint: undefined, error })
+}
+
+function compareIndexEntries (a: IndexEntry, b: IndexEntry): number {
+  if (a.name !== b.name) return a.name < b.name ? -1 : 1
+  const va = a.version === undefined ? -1 : Number(a.version)
+  const vb = b.version === undefined ? -1 : Number(b.version)
+  return va - vb
+}

@@ -1,0 +1,300 @@
+import { fileURLToPath } from 'node:url'
+import t, { type Test } from 'tap'
+import { balancerNames, hasBalancer } from '../../../gateway/balancer/registry.ts'
+import { loadFleetFile, parseFleetConfig, type FleetConfig } from '../../../gateway/fleet/fleet-config.ts'
+
+// CI runs in a fresh clone with shared/ beside it (`<clone>/../shared`): test/gateway/fleet/ → four levels up.
+const SEED = fileURLToPath(new URL('../../../../shared/fixtures/triton_config.yaml', import.meta.url))
+const FIXTURES = fileURLToPath(new URL('../../fixtures/fleets/', import.meta.url))
+
+const options = { isKnownStrategy: hasBalancer, knownStrategies: balancerNames() }
+
+function parse (text: string): FleetConfig {
+  return parseFleetConfig(text, { file: 'fleet.yaml', ...options })
+}
+
+/** The message of the GW_ERR_FLEET_INVALID that parsing `text` throws. */
+function problems (t: Test, text: string): string {
+  try {
+    parse(text)
+  } catch (err) {
+    t.equal((err as { code?: string }).code, 'GW_ERR_FLEET_INVALID')
+    return (err as Error).message
+  }
+  t.fail('expected the fleet file to be rejected')
+  return ''
+}
+
+function isDeepFrozen (value: unknown): boolean {
+  if (typeof value !== 'object' || value === null) return true
+  return Object.isFrozen(value) && Object.values(value).every(isDeepFrozen)
+}
+
+// A valid fleet to mutate in the cases below, one key per line so lines are easy to count.
+const BASE = `inference_servers:
+  - name: a
+    host: 127.0.0.1
+    port: 8001
+    models: [m]
+load_balancer:
+  type: round_robin
+`
+
+t.test('the seed fleet file loads unchanged', async (t) => {
+  const config = loadFleetFile(SEED, options)
+  t.strictSame(config, {
+    model_repository: '/path/to/models',
+    inference_servers: [
+      {
+        name: 'image-classifier-server-1',
+        host: '10.0.1.10',
+        port: 8001,
+        models: ['ImageClassifier'],
+        weight: 1,
+        protocol: 'http',
+        labels: {}
+      },
+      {
+        name: 'image-classifier-server-2',
+        host: '10.0.1.11',
+        port: 8001,
+        models: ['ImageClassifier'],
+        weight: 1,
+        protocol: 'http',
+        labels: {}
+      }
+    ],
+    load_balancer: {
+      type: 'round_robin',
+      servers: [{ name: 'image-classifier-server-1' }, { name: 'image-classifier-server-2' }]
+    },
+    gateway: {
+      host: '127.0.0.1',
+      http_port: 8000,
+      metrics_port: 8002,
+      max_body_bytes: 67108864,
+      request_timeout_ms: 60000
+    }
+  })
+  t.strictSame(Object.keys(config), ['model_repository', 'inference_servers', 'load_balancer', 'gateway'])
+  t.ok(isDeepFrozen(config), 'the config is frozen all the way down')
+  t.throws(() => { (config.inference_servers[0] as { port: number }).port = 1 }, TypeError)
+})
+
+t.test('every optional key', async (t) => {
+  const config = loadFleetFile(`${FIXTURES}good-extended.yaml`, options)
+  t.strictSame(config, {
+    model_repository: './models',
+    inference_servers: [
+      {
+        name: 'gpu-1',
+        host: '127.0.0.1',
+        port: 9001,
+        models: ['resnet', 'bert'],
+        weight: 3,
+        protocol: 'http',
+        labels: { zone: 'eu-1', gpu: 'a100' },
+        versions: [1, 2]
+      },
+      { name: 'cpu-1', host: 'localhost', port: 9002, models: ['bert'], weight: 0, protocol: 'http', labels: {} }
+    ],
+    load_balancer: { type: 'round_robin' },
+    gateway: { host: '0.0.0.0', http_port: 0, metrics_port: 0, max_body_bytes: 1024, request_timeout_ms: 500 }
+  })
+  t.ok(isDeepFrozen(config))
+})
+
+t.test('defaults fill a partial gateway section; anchors and aliases work', async (t) => {
+  const config = parse(`inference_servers:
+  - &server
+    name: a
+    host: 127.0.0.1
+    port: 8001
+    models: &models [m, n]
+  - name: b
+    host: 127.0.0.1
+    port: 8002
+    models: *models
+load_balancer: { type: round-robin }
+gateway:
+  request_timeout_ms: 5
+`)
+  t.strictSame(config.gateway, { host: '127.0.0.1', http_port: 8000, metrics_port: 8002, max_body_bytes: 67108864, request_timeout_ms: 5 })
+  t.strictSame(config.inference_servers[1]?.models, ['m', 'n'])
+  t.equal(config.load_balancer.type, 'round-robin', 'the kebab-case alias is a known strategy too')
+})
+
+t.test('fixtures: each problem names the file, line, column and key', async (t) => {
+  const cases: Array<[string, string[]]> = [
+    ['bad-unknown-key.yaml', [
+      "7:5: unknown key 'wieght' in inference_servers[1] (allowed: name, host, port, models, weight, protocol, labels, versions)"
+    ]],
+    ['bad-syntax.yaml', [
+      '6:1: YAML syntax error: Flow sequence in block collection must be sufficiently indented and end with a ]'
+    ]],
+    ['bad-empty.yaml', ["1:1: the fleet file is empty; it needs at least 'inference_servers' and 'load_balancer'"]],
+    ['bad-comments-only.yaml', ["1:1: the fleet file is empty; it needs at least 'inference_servers' and 'load_balancer'"]],
+    ['bad-duplicate-key.yaml', ["6:5: duplicate key 'port' in inference_servers[0] (first at 4:5)"]],
+    ['bad-many.yaml', [
+      '2:19: model_repository must not be empty',
+      "6:11: inference_servers[0].port must be an integer in 1..65535, got '8001' (a string)",
+      '7:13: inference_servers[0].models must not be empty (a server must serve at least one model)',
+      "8:11: duplicate server name 'a' at inference_servers[1].name (first at 4:11)",
+      '10:11: inference_servers[1].port must be an integer in 1..65535, got 70000',
+      "12:15: inference_servers[1].protocol 'grpc' is not supported yet: gRPC upstreams come in a later release (supported: http)",
+      `14:9: load_balancer.type 'least_magic' is not a known balancing strategy (known: ${balancerNames().join(', ')})`,
+      "17:13: load_balancer.servers[1].name 'c' is not the name of any inference_servers entry (known: a)",
+      "18:1: unknown key 'health_check' at the top level (allowed: model_repository, inference_servers, load_balancer, gateway)"
+    ]]
+  ]
+  for (const [file, expected] of cases) {
+    const path = `${FIXTURES}${file}`
+    t.throws(() => loadFleetFile(path, options), {
+      code: 'GW_ERR_FLEET_INVALID',
+      message: expected.map((line) => `${path}:${line}`).join('\n')
+    }, file)
+  }
+})
+
+t.test('a file that cannot be read', async (t) => {
+  const path = `${FIXTURES}does-not-exist.yaml`
+  t.throws(() => loadFleetFile(path, options), {
+    code: 'GW_ERR_FLEET_INVALID',
+    message: new RegExp(`^cannot read the fleet file '${path.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}': ENOENT`)
+  })
+})
+
+t.test('inline bad fleets', async (t) => {
+  const cases: Array<[string, string, string]> = [
+    ['a list at the top level', '- 1\n', 'fleet.yaml:1:1: the file must hold a mapping at the top level, got a list'],
+    ['missing inference_servers', 'load_balancer:\n  type: round_robin\n',
+      "fleet.yaml:1:1: missing required top-level key 'inference_servers'"],
+    ['missing load_balancer', BASE.replace('load_balancer:\n  type: round_robin\n', ''),
+      "fleet.yaml:1:1: missing required top-level key 'load_balancer'"],
+    ['no servers', 'inference_servers: []\nload_balancer: { type: round_robin }\n',
+      'fleet.yaml:1:20: inference_servers must not be empty (the gateway needs at least one server)'],
+    ['servers not a list', 'inference_servers: { a: 1 }\nload_balancer: { type: round_robin }\n',
+      'fleet.yaml:1:20: inference_servers must be a list, got a mapping'],
+    ['a server that is not a mapping', 'inference_servers: [a]\nload_balancer: { type: round_robin }\n',
+      "fleet.yaml:1:21: inference_servers[0] must be a mapping, got 'a' (a string)"],
+    ['missing port', BASE.replace('    port: 8001\n', ''),
+      "fleet.yaml:2:5: inference_servers[0] is missing required key 'port'"],
+    ['port with no value', BASE.replace('port: 8001', 'port:'),
+      'fleet.yaml:4:5: inference_servers[0].port must be an integer in 1..65535, got nothing (null)'],
+    ['port 0 for a server', BASE.replace('port: 8001', 'port: 0'),
+      'fleet.yaml:4:11: inference_servers[0].port must be an integer in 1..65535, got 0'],
+    ['fractional port', BASE.replace('port: 8001', 'port: 80.5'),
+      'fleet.yaml:4:11: inference_servers[0].port must be an integer in 1..65535, got 80.5'],
+    ['empty name', BASE.replace('name: a', 'name: ""'), 'fleet.yaml:2:11: inference_servers[0].name must not be empty'],
+    ['blank name', BASE.replace('name: a', 'name: "  "'), 'fleet.yaml:2:11: inference_servers[0].name must not be empty'],
+    ['numeric name', BASE.replace('name: a', 'name: 7'),
+      'fleet.yaml:2:11: inference_servers[0].name must be a non-empty string, got 7 (put it in quotes to make it a string)'],
+    ['name with a space', BASE.replace('name: a', 'name: my server'),
+      "fleet.yaml:2:11: inference_servers[0].name 'my server' is not allowed: use visible ASCII characters without spaces " +
+      '(the name is sent in the x-flotilla-endpoint header)'],
+    ['host with a scheme', BASE.replace('host: 127.0.0.1', 'host: http://10.0.0.1'),
+      "fleet.yaml:3:11: inference_servers[0].host 'http://10.0.0.1' must be a host name or IP address alone: no scheme, " +
+      'path, spaces or brackets (write IPv6 addresses bare)'],
+    ['models not a list', BASE.replace('models: [m]', 'models: m'),
+      "fleet.yaml:5:13: inference_servers[0].models must be a list, got 'm' (a string)"],
+    ['model name with a slash', BASE.replace('models: [m]', 'models: [a/b]'),
+      "fleet.yaml:5:14: inference_servers[0].models[0] 'a/b' is not allowed: model names cannot contain slashes or whitespace"],
+    ['duplicate model', BASE.replace('models: [m]', 'models: [m, m]'),
+      "fleet.yaml:5:17: duplicate model 'm' at inference_servers[0].models[1] (first at 5:14)"],
+    ['weight too large', BASE.replace('models: [m]', 'models: [m]\n    weight: 1001'),
+      'fleet.yaml:6:13: inference_servers[0].weight must be an integer in 0..1000, got 1001'],
+    ['negative weight', BASE.replace('models: [m]', 'models: [m]\n    weight: -1'),
+      'fleet.yaml:6:13: inference_servers[0].weight must be an integer in 0..1000, got -1'],
+    ['unknown protocol', BASE.replace('models: [m]', 'models: [m]\n    protocol: ftp'),
+      "fleet.yaml:6:15: inference_servers[0].protocol must be 'http', got 'ftp' (a string)"],
+    ['label value not a string', BASE.replace('models: [m]', 'models: [m]\n    labels: { rack: 4 }'),
+      'fleet.yaml:6:21: inference_servers[0].labels.rack must be a string, got 4 (put it in quotes to make it a string)'],
+    ['duplicate label', BASE.replace('models: [m]', 'models: [m]\n    labels: { a: x, a: y }'),
+      "fleet.yaml:6:21: duplicate key 'a' in inference_servers[0].labels (first at 6:15)"],
+    ['numeric label key', BASE.replace('models: [m]', 'models: [m]\n    labels: { 1: x }'),
+      'fleet.yaml:6:15: inference_servers[0].labels keys must be non-empty strings, got 1'],
+    ['boolean name', BASE.replace('name: a', 'name: true'),
+      'fleet.yaml:2:11: inference_servers[0].name must be a non-empty string, got true (a boolean) (put it in quotes to make it a string)'],
+    ['labels not a mapping', BASE.replace('models: [m]', 'models: [m]\n    labels: [a]'),
+      'fleet.yaml:6:13: inference_servers[0].labels must be a mapping of strings to strings, got a list'],
+    ['negative version', BASE.replace('models: [m]', 'models: [m]\n    versions: [1, -2]'),
+      'fleet.yaml:6:19: inference_servers[0].versions[1] must be an integer >= 0, got -2'],
+    ['empty versions', BASE.replace('models: [m]', 'models: [m]\n    versions: []'),
+      'fleet.yaml:6:15: inference_servers[0].versions must not be empty (omit it to serve every version)'],
+    ['versions as a string', BASE.replace('models: [m]', 'models: [m]\n    versions: "1"'),
+      "fleet.yaml:6:15: inference_servers[0].versions must be a list, got '1' (a string)"],
+    ['unknown strategy', BASE.replace('type: round_robin', 'type: fastest'),
+      `fleet.yaml:7:9: load_balancer.type 'fastest' is not a known balancing strategy (known: ${balancerNames().join(', ')})`],
+    ['missing strategy', BASE.replace('  type: round_robin\n', '  servers: [{ name: a }]\n'),
+      "fleet.yaml:7:3: load_balancer is missing required key 'type'"],
+    ['load_balancer not a mapping', BASE.replace('load_balancer:\n  type: round_robin', 'load_balancer: round_robin'),
+      "fleet.yaml:6:16: load_balancer must be a mapping, got 'round_robin' (a string)"],
+    ['unknown key in load_balancer', BASE + '  sticky: true\n',
+      "fleet.yaml:8:3: unknown key 'sticky' in load_balancer (allowed: type, servers)"],
+    ['balancer names an unknown server', BASE + '  servers:\n    - name: b\n',
+      "fleet.yaml:9:13: load_balancer.servers[0].name 'b' is not the name of any inference_servers entry (known: a)"],
+    ['balancer names a server twice', BASE + '  servers: [{ name: a }, { name: a }]\n',
+      "fleet.yaml:8:34: duplicate server 'a' at load_balancer.servers[1].name (first at 8:21)"],
+    ['empty balancer server list', BASE + '  servers: []\n',
+      'fleet.yaml:8:12: load_balancer.servers must not be empty (omit it to send traffic to every inference server)'],
+    ['unknown key in a balancer server', BASE + '  servers: [{ name: a, weight: 2 }]\n',
+      "fleet.yaml:8:24: unknown key 'weight' in load_balancer.servers[0] (allowed: name)"],
+    ['a planned top-level key', BASE + 'health_check: { interval_ms: 100 }\n',
+      "fleet.yaml:8:1: unknown key 'health_check' at the top level (allowed: model_repository, inference_servers, load_balancer, gateway)"],
+    ['unknown key in gateway', BASE + 'gateway:\n  grpc_port: 8001\n',
+      "fleet.yaml:9:3: unknown key 'grpc_port' in gateway (allowed: host, http_port, metrics_port, max_body_bytes, request_timeout_ms)"],
+    ['gateway port out of range', BASE + 'gateway:\n  http_port: 65536\n',
+      'fleet.yaml:9:14: gateway.http_port must be an integer in 0..65535, got 65536'],
+    ['zero body limit', BASE + 'gateway:\n  max_body_bytes: 0\n',
+      'fleet.yaml:9:19: gateway.max_body_bytes must be an integer in 1..2147483647, got 0'],
+    ['zero timeout', BASE + 'gateway:\n  request_timeout_ms: 0\n',
+      'fleet.yaml:9:23: gateway.request_timeout_ms must be an integer in 1..2147483647, got 0'],
+    ['same port twice', BASE + 'gateway:\n  http_port: 9000\n  metrics_port: 9000\n',
+      'fleet.yaml:10:17: gateway.metrics_port must differ from gateway.http_port (both are 9000)'],
+    ['http port on the default metrics port', BASE + 'gateway:\n  http_port: 8002\n',
+      'fleet.yaml:9:14: gateway.metrics_port must differ from gateway.http_port (both are 8002)'],
+    ['gateway not a mapping', BASE + 'gateway: 8000\n', 'fleet.yaml:8:10: gateway must be a mapping, got 8000'],
+    ['duplicate top-level key', BASE + 'load_balancer:\n  type: round_robin\n',
+      "fleet.yaml:8:1: duplicate key 'load_balancer' at the top level (first at 6:1)"],
+    ['a non-scalar key', BASE + '[a]: 1\n',
+      'fleet.yaml:8:1: keys at the top level must be plain words, got a list (allowed: model_repository, inference_servers, load_balancer, gateway)'],
+    ['two documents', BASE + '---\n' + BASE,
+      'fleet.yaml:8:1: YAML syntax error: Source contains multiple documents; please use YAML.parseAllDocuments()'],
+    ['tab indentation', 'inference_servers:\n\t- name: a\n', 'fleet.yaml:2:1: YAML syntax error: Tabs are not allowed as indentation']
+  ]
+  for (const [name, text, expected] of cases) {
+    t.equal(problems(t, text), expected, name)
+  }
+})
+
+t.test('alias uses are capped', async (t) => {
+  const uses = Array(1001).fill('*srv').join(', ')
+  const message = problems(t, `inference_servers: [&srv { name: a, host: h, port: 1, models: [m] }, ${uses}]
+load_balancer: { type: round_robin }
+`)
+  t.match(message, /^fleet\.yaml:1:\d+: too many alias uses \(more than 1000\); write the values out instead$/m)
+})
+
+t.test('zero gateway ports (ephemeral) are allowed', async (t) => {
+  const config = parse(BASE + 'gateway:\n  http_port: 0\n  metrics_port: 0\n')
+  t.equal(config.gateway.http_port, 0)
+  t.equal(config.gateway.metrics_port, 0)
+})
+
+t.test('several problems in one server are all reported, one per line', async (t) => {
+  const message = problems(t, `inference_servers:
+  - name: a
+    host: ""
+    port: -1
+    models: []
+    colour: red
+load_balancer:
+  type: round_robin
+`)
+  t.equal(message, [
+    'fleet.yaml:3:11: inference_servers[0].host must not be empty',
+    'fleet.yaml:4:11: inference_servers[0].port must be an integer in 1..65535, got -1',
+    'fleet.yaml:5:13: inference_servers[0].models must not be empty (a server must serve at least one model)',
+    "fleet.yaml:6:5: unknown key 'colour' in inference_servers[0] (allowed: name, host, port, models, weight, protocol, labels, versions)"
+  ].join('\n'))
+})

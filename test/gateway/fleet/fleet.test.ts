@@ -1,0 +1,84 @@
+import t from 'tap'
+import { hasBalancer } from '../../../gateway/balancer/registry.ts'
+import { parseFleetConfig } from '../../../gateway/fleet/fleet-config.ts'
+import { Fleet, originOf, trafficServers, type FleetServer } from '../../../gateway/fleet/fleet.ts'
+
+function server (name: string, models: string[], extra: Partial<FleetServer> = {}): FleetServer {
+  return { name, host: '127.0.0.1', port: 9000, models, weight: 1, labels: {}, ...extra }
+}
+
+const names = (list: readonly { name: string }[]): string[] => list.map((e) => e.name)
+
+t.test('candidates per model, in fleet order, computed once', async (t) => {
+  const fleet = new Fleet([server('a', ['m', 'n']), server('b', ['n']), server('c', ['m'])])
+  t.strictSame(names(fleet.endpointsServing('m')), ['a', 'c'])
+  t.strictSame(names(fleet.endpointsServing('n')), ['a', 'b'])
+  t.strictSame(fleet.endpointsServing('nope'), [])
+  t.equal(fleet.endpointsServing('m'), fleet.endpointsServing('m'), 'the same array every time')
+  t.ok(Object.isFrozen(fleet.endpointsServing('m')))
+  t.strictSame(fleet.models, ['m', 'n'])
+  t.ok(fleet.servesModel('m'))
+  t.notOk(fleet.servesModel('nope'))
+  t.notOk(fleet.servesModel('constructor'))
+  const a = fleet.get('a')
+  t.match(a, { name: 'a', origin: 'http://127.0.0.1:9000', state: 'active', inFlight: 0, versions: undefined })
+})
+
+t.test('versions', async (t) => {
+  const fleet = new Fleet([
+    server('v1', ['m'], { versions: [1] }),
+    server('any', ['m']),
+    server('v12', ['m'], { versions: [1, 2] })
+  ])
+  t.strictSame(names(fleet.endpointsServing('m')), ['v1', 'any', 'v12'], 'no version: every server of the model')
+  t.strictSame(names(fleet.endpointsServing('m', '1')), ['v1', 'any', 'v12'])
+  t.strictSame(names(fleet.endpointsServing('m', '2')), ['any', 'v12'])
+  t.strictSame(names(fleet.endpointsServing('m', '002')), ['any', 'v12'], 'leading zeros are the same version')
+  t.strictSame(names(fleet.endpointsServing('m', '7')), ['any'], 'a version no server names: the any-version servers')
+  t.equal(fleet.endpointsServing('m', '7'), fleet.endpointsServing('m', '8'))
+  t.equal(fleet.versionsOf('m'), undefined, 'some server serves every version')
+
+  const pinned = new Fleet([server('v1', ['m'], { versions: [1] }), server('v3', ['m'], { versions: [3, 1] })])
+  t.strictSame(pinned.endpointsServing('m', '2'), [])
+  t.strictSame(pinned.endpointsServing('m', '0'), [])
+  t.strictSame(pinned.versionsOf('m'), [1, 3])
+})
+
+t.test('load_balancer.servers picks the servers that take traffic', async (t) => {
+  const config = parseFleetConfig(`inference_servers:
+  - { name: a, host: 127.0.0.1, port: 1, models: [m] }
+  - { name: b, host: 127.0.0.1, port: 2, models: [m] }
+  - { name: c, host: 127.0.0.1, port: 3, models: [m] }
+load_balancer:
+  type: round_robin
+  servers: [{ name: c }, { name: a }]
+`, { file: 'f.yaml', isKnownStrategy: hasBalancer })
+  t.strictSame(names(trafficServers(config)), ['a', 'c'], 'in inference_servers order')
+  t.strictSame(names(Fleet.fromConfig(config).endpointsServing('m')), ['a', 'c'])
+  const all = { ...config, load_balancer: { type: 'round_robin' } }
+  t.strictSame(names(Fleet.fromConfig(all).endpoints), ['a', 'b', 'c'])
+})
+
+t.test('update keeps unchanged endpoints and rebuilds candidate lists', async (t) => {
+  const fleet = new Fleet([server('a', ['m']), server('b', ['m'])])
+  const a = fleet.get('a')
+  const b = fleet.get('b')
+  const before = fleet.endpointsServing('m')
+  if (a !== undefined) a.inFlight = 3
+  fleet.update([server('a', ['m']), server('b', ['m'], { port: 9100 }), server('c', ['x'])])
+  t.equal(fleet.get('a'), a, 'same config: same endpoint, in-flight count kept')
+  t.equal(fleet.get('a')?.inFlight, 3)
+  t.not(fleet.get('b'), b, 'changed config: a new endpoint')
+  t.equal(fleet.get('b')?.origin, 'http://127.0.0.1:9100')
+  t.not(fleet.endpointsServing('m'), before, 'a new candidate array, so balancers start a new rotation')
+  t.strictSame(fleet.models, ['m', 'x'])
+  fleet.update([server('c', ['x'])])
+  t.equal(fleet.get('a'), undefined)
+  t.strictSame(fleet.endpointsServing('m'), [])
+})
+
+t.test('origins', async (t) => {
+  t.equal(originOf('10.0.0.1', 80), 'http://10.0.0.1:80')
+  t.equal(originOf('::1', 8000), 'http://[::1]:8000')
+  t.equal(originOf('worker.local', 8000), 'http://worker.local:8000')
+})
