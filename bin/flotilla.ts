@@ -1,0 +1,291 @@
+#!/usr/bin/env node
+/**
+ * `flotilla`: the one command line. `start` brings up the demo fleet (workers as child processes, the gateway in
+ * this process), `gateway` and `worker` run one tier each. Flags override the files they point at.
+ */
+import { fork, type ChildProcess } from 'node:child_process'
+import { dirname, isAbsolute, join, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { parseArgs } from 'node:util'
+import { createError, isFlotillaError } from '../common/errors.ts'
+import { createLogger, type Logger } from '../common/logger.ts'
+import { FLOTILLA_VERSION } from '../common/version.ts'
+import { type FleetConfig } from '../gateway/fleet/fleet-config.ts'
+import { loadGatewayConfig, startGateway } from '../gateway/main.ts'
+import { DEFAULT_MAX_BODY_BYTES, startWorker } from '../worker/main.ts'
+
+const SELF = fileURLToPath(import.meta.url)
+/** The package root, from the source tree (bin/) and from dist/bin/ alike. */
+const PACKAGE_ROOT = SELF.includes(`${join('dist', 'bin')}`) ? resolve(dirname(SELF), '..', '..') : resolve(dirname(SELF), '..')
+const DEFAULT_FLEET = join(PACKAGE_ROOT, 'config', 'fleet.yaml')
+
+const USAGE = `flotilla ${FLOTILLA_VERSION}: an inference gateway and worker fleet (KServe v2 / Triton HTTP)
+
+Usage:
+  flotilla start   [--config FILE] [--host H] [--http-port N] [--metrics-port N] [--worker-ports N,N|0]
+  flotilla gateway --config FILE [--host H] [--http-port N] [--metrics-port N]
+  flotilla worker  --model-repository DIR [--host H] [--http-port N] [--metrics-port N] [--max-body-bytes N]
+  flotilla --help | --version
+
+Commands:
+  start     The demo fleet on this machine: one worker per server of the fleet file (default
+            config/fleet.yaml), serving its model_repository, and the gateway in front of them.
+            --worker-ports 0 puts every worker on a free port; a list sets them in order.
+  gateway   The routing tier, from a fleet file (ports default to its 'gateway' section, else 8000/8002).
+  worker    A worker serving a Triton-style model repository (ports default to 8000/8002, as Triton).
+
+Common flags:
+  --log-level LEVEL   trace, debug, info, warn, error, fatal or silent (default: $LOG_LEVEL, else info)
+  --metrics-port -1   turns the metrics listener off (port 0 picks a free port)
+`
+
+const options = {
+  help: { type: 'boolean', short: 'h' },
+  version: { type: 'boolean', short: 'v' },
+  config: { type: 'string' },
+  'model-repository': { type: 'string' },
+  host: { type: 'string' },
+  'http-port': { type: 'string' },
+  'metrics-port': { type: 'string' },
+  'worker-ports': { type: 'string' },
+  'max-body-bytes': { type: 'string' },
+  'log-level': { type: 'string' }
+} as const
+
+type Flags = ReturnType<typeof parseArgs<{ options: typeof options, allowPositionals: true }>>['values']
+
+const ALLOWED: Record<string, ReadonlyArray<keyof Flags>> = {
+  start: ['config', 'host', 'http-port', 'metrics-port', 'worker-ports', 'log-level'],
+  gateway: ['config', 'host', 'http-port', 'metrics-port', 'log-level'],
+  worker: ['model-repository', 'host', 'http-port', 'metrics-port', 'max-body-bytes', 'log-level']
+}
+
+const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']
+
+function usage (message: string): never {
+  throw createError('CLI_ERR_USAGE', `${message}\nRun 'flotilla --help' for usage.`)
+}
+
+function port (flags: Flags, name: 'http-port' | 'metrics-port', min = 0): number | undefined {
+  const raw = flags[name]
+  if (raw === undefined) return undefined
+  const n = Number(raw)
+  if (!/^-?[0-9]+$/.test(raw) || n < min || n > 65535) {
+    usage(`--${name} must be an integer from ${min} to 65535, got '${raw}'`)
+  }
+  return n
+}
+
+/** Sends the parent (`flotilla start`) the bound ports, when this process was forked by it. */
+function announce (message: Record<string, unknown>): void {
+  if (typeof process.send === 'function') process.send({ type: 'flotilla:ready', ...message })
+}
+
+/** Runs `close` on SIGINT/SIGTERM, then exits 0; a second signal exits at once. */
+function onShutdown (logger: Logger, close: () => Promise<void>): void {
+  let stopping = false
+  const handler = (signal: NodeJS.Signals): void => {
+    if (stopping) process.exit(1)
+    stopping = true
+    logger.info({ signal }, 'shutting down: finishing in-flight requests')
+    close().then(() => process.exit(0), err => {
+      logger.error({ err }, 'shutdown failed')
+      process.exit(1)
+    })
+  }
+  process.on('SIGINT', handler)
+  process.on('SIGTERM', handler)
+  // A parent that dies without a signal (kill -9) closes the IPC channel: don't outlive it.
+  process.on('disconnect', () => handler('SIGTERM'))
+}
+
+async function runWorker (flags: Flags, logger: Logger): Promise<void> {
+  const repo = flags['model-repository'] ?? usage('flotilla worker needs --model-repository DIR')
+  const rawMax = flags['max-body-bytes']
+  if (rawMax !== undefined && !/^[1-9][0-9]*$/.test(rawMax)) usage(`--max-body-bytes must be a positive integer, got '${rawMax}'`)
+  const httpPort = port(flags, 'http-port')
+  const metricsPort = port(flags, 'metrics-port', -1)
+  const worker = await startWorker({
+    modelRepository: repo,
+    logger,
+    maxBodyBytes: rawMax === undefined ? DEFAULT_MAX_BODY_BYTES : Number(rawMax),
+    ...(flags.host !== undefined ? { host: flags.host } : {}),
+    ...(httpPort !== undefined ? { httpPort } : {}),
+    ...(metricsPort !== undefined ? { metricsPort } : {})
+  })
+  onShutdown(logger, () => worker.close())
+  announce({ role: 'worker', httpPort: worker.httpPort, metricsPort: worker.metricsPort, url: worker.url })
+}
+
+async function runGateway (flags: Flags, logger: Logger): Promise<void> {
+  const file = flags.config ?? usage('flotilla gateway needs --config FILE (a fleet file)')
+  const config = loadGatewayConfig(file)
+  const httpPort = port(flags, 'http-port')
+  const metricsPort = port(flags, 'metrics-port', -1)
+  const gateway = await startGateway({
+    config,
+    logger,
+    ...(flags.host !== undefined ? { host: flags.host } : {}),
+    ...(httpPort !== undefined ? { httpPort } : {}),
+    ...(metricsPort !== undefined ? { metricsPort } : {})
+  })
+  onShutdown(logger, () => gateway.close())
+  announce({ role: 'gateway', httpPort: gateway.httpPort, metricsPort: gateway.metricsPort, url: gateway.url })
+}
+
+const LOOPBACK = /^(127\.[0-9.]+|localhost|::1|\[::1\])$/
+
+interface ReadyMessage { type: string, httpPort: number, metricsPort: number, url: string }
+
+/** Forks `flotilla worker` and resolves with its ports once it listens; rejects if it exits first. */
+function forkWorker (args: string[], name: string): Promise<{ child: ChildProcess, ready: ReadyMessage }> {
+  const child = fork(SELF, ['worker', ...args], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
+  return new Promise((resolveReady, reject) => {
+    const onExit = (code: number | null, signal: string | null): void => {
+      reject(new Error(`worker '${name}' exited before it was ready (code ${code}, signal ${signal}); see its log above`))
+    }
+    child.once('exit', onExit)
+    child.once('error', reject)
+    child.on('message', (m: ReadyMessage) => {
+      if (m?.type !== 'flotilla:ready') return
+      child.off('exit', onExit)
+      resolveReady({ child, ready: m })
+    })
+  })
+}
+
+async function runStart (flags: Flags, logger: Logger): Promise<void> {
+  const file = resolve(flags.config ?? DEFAULT_FLEET)
+  const fleet = loadGatewayConfig(file)
+  if (fleet.model_repository === undefined) {
+    usage(`flotilla start serves the fleet file's model_repository, and ${file} has none; add one or start workers yourself`)
+  }
+  const repo = isAbsolute(fleet.model_repository) ? fleet.model_repository : resolve(dirname(file), fleet.model_repository)
+  const servers = fleet.inference_servers
+  for (const s of servers) {
+    if (!LOOPBACK.test(s.host)) {
+      usage(`flotilla start runs every worker on this machine, but server '${s.name}' has host ${s.host}; ` +
+        "use 'flotilla gateway --config' for a fleet on other hosts")
+    }
+  }
+  let workerPorts = servers.map(s => s.port)
+  const rawPorts = flags['worker-ports']
+  if (rawPorts !== undefined) {
+    const list = rawPorts.split(',').map(p => p.trim())
+    if (!list.every(p => /^[0-9]+$/.test(p) && Number(p) <= 65535) || (list.length !== 1 && list.length !== servers.length)) {
+      usage(`--worker-ports takes 0 or ${servers.length} comma-separated ports (one per server), got '${rawPorts}'`)
+    }
+    workerPorts = list.length === 1 && list[0] === '0' ? servers.map(() => 0) : list.map(Number)
+  }
+
+  const level = flags['log-level'] ?? process.env.LOG_LEVEL ?? 'info'
+  const children: ChildProcess[] = []
+  const stopChildren = async (): Promise<void> => {
+    await Promise.all(children.map(c => c.exitCode !== null || c.signalCode !== null
+      ? undefined
+      : new Promise(r => { c.once('exit', r); c.kill('SIGTERM') })))
+  }
+  let started
+  try {
+    started = await Promise.all(servers.map((s, i) => forkWorker([
+      '--model-repository', repo, '--host', s.host, '--http-port', String(workerPorts[i]), '--metrics-port', '0',
+      '--log-level', level
+    ], s.name).then(w => { children.push(w.child); return w })))
+  } catch (err) {
+    await stopChildren()
+    throw err
+  }
+  for (const [i, { child }] of started.entries()) {
+    child.once('exit', (code, signal) => logger.warn({ worker: servers[i]!.name, code, signal }, 'worker exited'))
+  }
+
+  const config: FleetConfig = {
+    ...fleet,
+    inference_servers: servers.map((s, i) => ({ ...s, port: started[i]!.ready.httpPort }))
+  }
+  const httpPort = port(flags, 'http-port')
+  const metricsPort = port(flags, 'metrics-port', -1)
+  let gateway
+  try {
+    gateway = await startGateway({
+      config,
+      logger,
+      ...(flags.host !== undefined ? { host: flags.host } : {}),
+      ...(httpPort !== undefined ? { httpPort } : {}),
+      ...(metricsPort !== undefined ? { metricsPort } : {})
+    })
+  } catch (err) {
+    await stopChildren()
+    throw err
+  }
+  const g = gateway
+  onShutdown(logger, async () => { await g.close(); await stopChildren() })
+
+  const lines = [
+    '',
+    'Flotilla demo fleet is up.',
+    `  gateway   ${g.url}${g.metricsPort >= 0 ? `   metrics http://127.0.0.1:${g.metricsPort}/metrics` : ''}`,
+    ...servers.map((s, i) => `  worker    ${s.name.padEnd(10)} ${started[i]!.ready.url}   models: ${s.models.join(', ')}`),
+    `Try:  curl -s ${g.url}/v2/models/simple`,
+    'Stop: Ctrl-C',
+    ''
+  ]
+  process.stdout.write(lines.join('\n') + '\n')
+  announce({ role: 'gateway', httpPort: g.httpPort, metricsPort: g.metricsPort, url: g.url })
+}
+
+/** parseArgs reads `--metrics-port -1` as two options; join a value-taking flag with a negative number after it. */
+function joinNegativeValues (argv: readonly string[]): string[] {
+  const out: string[] = []
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!
+    const next = argv[i + 1]
+    const name = arg.startsWith('--') ? arg.slice(2) : ''
+    if (name in options && options[name as keyof typeof options].type === 'string' && next !== undefined && /^-[0-9]+$/.test(next)) {
+      out.push(`${arg}=${next}`)
+      i++
+    } else {
+      out.push(arg)
+    }
+  }
+  return out
+}
+
+async function main (argv: string[]): Promise<void> {
+  let parsed
+  try {
+    parsed = parseArgs({ args: joinNegativeValues(argv), options, allowPositionals: true, strict: true })
+  } catch (err) {
+    usage((err as Error).message)
+  }
+  const { values: flags, positionals } = parsed
+  const command = positionals[0]
+  if (flags.version === true) {
+    process.stdout.write(`${FLOTILLA_VERSION}\n`)
+    return
+  }
+  if (flags.help === true || command === undefined || command === 'help') {
+    process.stdout.write(USAGE)
+    return
+  }
+  const allowed = ALLOWED[command]
+  if (allowed === undefined) usage(`unknown command '${command}'`)
+  if (positionals.length > 1) usage(`unexpected argument '${positionals[1]}'`)
+  for (const key of Object.keys(flags) as Array<keyof Flags>) {
+    if (!allowed.includes(key)) usage(`flotilla ${command} does not take --${key}`)
+  }
+  const level = flags['log-level']
+  if (level !== undefined && !LOG_LEVELS.includes(level)) usage(`--log-level must be one of ${LOG_LEVELS.join(', ')}`)
+  const logger = createLogger({ ...(level !== undefined ? { level } : {}), bindings: { component: command } })
+  if (command === 'worker') await runWorker(flags, logger)
+  else if (command === 'gateway') await runGateway(flags, logger)
+  else await runStart(flags, logger)
+}
+
+main(process.argv.slice(2)).catch((err: unknown) => {
+  const message = isFlotillaError(err) || err instanceof Error ? err.message : String(err)
+  process.stderr.write(`flotilla: ${message}\n`)
+  process.exitCode = isFlotillaError(err) && err.code === 'CLI_ERR_USAGE' ? 2 : 1
+  // Anything already listening (a worker forked before the failure) must not keep this process alive.
+  setImmediate(() => process.exit())
+})

@@ -1,0 +1,89 @@
+/** The README's commands, for real: `flotilla start` brings up the demo fleet and an inference goes through. */
+import { spawn } from 'node:child_process'
+import t from 'tap'
+import { get, post } from '../helpers/http.ts'
+import { CLI, stop } from '../helpers/processes.ts'
+
+t.test('flotilla start on free ports serves the README curl', async t => {
+  // `npm start` is `node dist/bin/flotilla.js start`; free ports keep the test off 8000 and out of other runs' way.
+  const child = spawn(process.execPath, [CLI, 'start', '--http-port', '0', '--metrics-port', '0', '--worker-ports', '0'], {
+    stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn' }
+  })
+  t.teardown(() => stop(child))
+  let out = ''
+  child.stderr.on('data', (d: Buffer) => { out += d.toString() })
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no banner in 30 s:\n${out}`)), 30_000)
+    child.stdout.on('data', (d: Buffer) => {
+      out += d.toString()
+      const m = /gateway\s+(http:\/\/127\.0\.0\.1:\d+)/.exec(out)
+      if (m !== null) { clearTimeout(timer); resolve(m[1]!) }
+    })
+    child.once('exit', code => { clearTimeout(timer); reject(new Error(`flotilla start exited ${code}:\n${out}`)) })
+  })
+  t.match(out, /Flotilla demo fleet is up/)
+  t.match(out, /worker-1 .*models: simple, identity, simulated/)
+  t.match(out, /worker-2 /)
+
+  t.equal((await get(`${url}/v2/health/ready`)).status, 200)
+  // The README's curl, verbatim in content.
+  const res = await post(`${url}/v2/models/simple/infer`, {
+    inputs: [
+      { name: 'INPUT0', datatype: 'INT32', shape: [1, 16], data: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16] },
+      { name: 'INPUT1', datatype: 'INT32', shape: [1, 16], data: [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1] }
+    ]
+  })
+  t.equal(res.status, 200, res.text)
+  t.strictSame(res.json, {
+    model_name: 'simple',
+    model_version: '1',
+    outputs: [
+      { name: 'OUTPUT0', datatype: 'INT32', shape: [1, 16], data: [2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17] },
+      { name: 'OUTPUT1', datatype: 'INT32', shape: [1, 16], data: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] }
+    ]
+  })
+  const endpoints = new Set<string>()
+  for (let i = 0; i < 4; i++) {
+    endpoints.add(String((await post(`${url}/v2/models/identity/infer`, {
+      inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [1, 1], data: [1] }]
+    })).headers['x-flotilla-endpoint']))
+  }
+  t.strictSame(endpoints, new Set(['worker-1', 'worker-2']), 'the demo fleet balances across both workers')
+
+  const exited = new Promise<number | null>(resolve => child.once('exit', code => resolve(code)))
+  child.kill('SIGTERM')
+  t.equal(await exited, 0, 'SIGTERM stops the fleet cleanly')
+})
+
+t.test('the CLI explains its usage and refuses bad flags', async t => {
+  const run = (args: string[]): Promise<{ code: number | null, out: string }> => new Promise(resolve => {
+    const c = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
+    let out = ''
+    c.stdout.on('data', (d: Buffer) => { out += d.toString() })
+    c.stderr.on('data', (d: Buffer) => { out += d.toString() })
+    c.once('exit', code => resolve({ code, out }))
+  })
+  const help = await run(['--help'])
+  t.equal(help.code, 0)
+  t.match(help.out, /flotilla start/)
+  t.match(help.out, /flotilla gateway --config FILE/)
+  t.match(help.out, /flotilla worker\s+--model-repository DIR/)
+
+  const cases: Array<[string[], RegExp]> = [
+    [['bogus'], /unknown command 'bogus'/],
+    [['worker'], /needs --model-repository/],
+    [['gateway'], /needs --config/],
+    [['worker', '--model-repository', '.', '--http-port', '70000'], /--http-port must be an integer from 0 to 65535/],
+    [['gateway', '--config', 'x.yaml', '--model-repository', 'y'], /does not take --model-repository/],
+    [['worker', '--nope'], /Unknown option '--nope'/],
+    [['start', '--worker-ports', '1,2,3'], /--worker-ports takes 0 or 2/]
+  ]
+  for (const [args, message] of cases) {
+    const r = await run(args)
+    t.equal(r.code, 2, `${args.join(' ')} exits 2`)
+    t.match(r.out, message, args.join(' '))
+  }
+  const missing = await run(['gateway', '--config', '/nonexistent/fleet.yaml'])
+  t.equal(missing.code, 1)
+  t.match(missing.out, /fleet\.yaml/, 'a missing fleet file is named')
+})

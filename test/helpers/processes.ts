@@ -1,0 +1,56 @@
+/**
+ * Real `flotilla` processes for end-to-end tests, run from the compiled CLI (dist/, built by `npm test`'s
+ * pretest). Every process is killed in teardown, so a failing test leaves nothing behind.
+ */
+import { fork, type ChildProcess } from 'node:child_process'
+import { existsSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
+import { type Test } from 'tap'
+
+export const CLI = fileURLToPath(new URL('../../dist/bin/flotilla.js', import.meta.url))
+export const DEMO_MODELS = fileURLToPath(new URL('../../config/models', import.meta.url))
+export const DEMO_FLEET = fileURLToPath(new URL('../../config/fleet.yaml', import.meta.url))
+
+export interface FlotillaProcess {
+  child: ChildProcess
+  httpPort: number
+  metricsPort: number
+  url: string
+  /** Everything it wrote to stdout and stderr so far. */
+  output: () => string
+}
+
+type Tap = Test
+
+/** Kills the child (SIGKILL if it ignores SIGTERM for 5 s) and waits for it to exit. */
+export async function stop (child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return
+  const exited = new Promise(resolve => child.once('exit', resolve))
+  child.kill(signal)
+  const timer = setTimeout(() => child.kill('SIGKILL'), 5000)
+  await exited
+  clearTimeout(timer)
+}
+
+/** Forks `flotilla <args>` and resolves once it reports its ports over IPC. */
+export async function spawnFlotilla (tt: Tap, args: string[], env: Record<string, string> = {}): Promise<FlotillaProcess> {
+  if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run 'npm run build' (npm test does it first)`)
+  const child = fork(CLI, args, { stdio: ['ignore', 'pipe', 'pipe', 'ipc'], env: { ...process.env, LOG_LEVEL: 'warn', ...env } })
+  let out = ''
+  child.stdout?.on('data', (d: Buffer) => { out += d.toString() })
+  child.stderr?.on('data', (d: Buffer) => { out += d.toString() })
+  tt.teardown(() => stop(child))
+  const ready = await new Promise<{ httpPort: number, metricsPort: number, url: string }>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`flotilla ${args.join(' ')} not ready in 30 s:\n${out}`)), 30_000)
+    child.once('exit', code => { clearTimeout(timer); reject(new Error(`flotilla ${args.join(' ')} exited ${code}:\n${out}`)) })
+    child.on('message', (m: { type?: string, httpPort: number, metricsPort: number, url: string }) => {
+      if (m.type === 'flotilla:ready') { clearTimeout(timer); resolve(m) }
+    })
+  })
+  return { child, ...ready, output: () => out }
+}
+
+/** A worker on a free port serving `repository` (default: the demo models). */
+export function spawnWorker (tt: Tap, repository = DEMO_MODELS): Promise<FlotillaProcess> {
+  return spawnFlotilla(tt, ['worker', '--model-repository', repository, '--http-port', '0', '--metrics-port', '-1'])
+}
