@@ -9,27 +9,11 @@ import {
   requestIdPrefix
 } from '../../../common/protocol/json-codec.ts'
 import { type InferRequest, type InferResponse, type Tensor } from '../../../common/protocol/types.ts'
-
-/** The assertions the helpers below use; satisfied by the root `t` and by every subtest's `t`. */
-interface Asserts {
-  equal: (found: unknown, wanted: unknown, message: string) => boolean
-  fail: (message: string) => boolean
-}
+import { type Asserts, throwsCoded } from '../../helpers/coded-error.ts'
 
 /** Asserts that `fn` throws a coded error with exactly this code and message. */
 function fails (t: Asserts, fn: () => unknown, code: ErrorCode, message: string, what?: string): void {
-  let caught: unknown
-  try {
-    fn()
-  } catch (err) {
-    caught = err
-  }
-  if (!isFlotillaError(caught)) {
-    t.fail(`${what ?? message}: expected a coded error, got ${String(caught)}`)
-    return
-  }
-  t.equal(caught.code, code, `${what ?? message}: code`)
-  t.equal(caught.message, message, `${what ?? message}: message`)
+  throwsCoded(t, fn, { code, message }, what)
 }
 
 const body = (request: unknown): string => JSON.stringify(request)

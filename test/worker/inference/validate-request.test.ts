@@ -1,14 +1,8 @@
 import t from 'tap'
-import { isFlotillaError } from '../../../common/errors.ts'
 import { type DataType, type InferRequest, type Tensor } from '../../../common/protocol/types.ts'
 import { type ConfigDataType, type ModelConfig, type ModelInput } from '../../../worker/repository/types.ts'
 import { validateInferRequest } from '../../../worker/inference/validate-request.ts'
-
-/** The assertions the helpers below use; satisfied by the root `t` and by every subtest's `t`. */
-interface Asserts {
-  equal: (found: unknown, wanted: unknown, message: string) => boolean
-  fail: (message: string) => boolean
-}
+import { type Asserts, throwsCoded } from '../../helpers/coded-error.ts'
 
 function input (name: string, dataType: ConfigDataType, dims: number[], extra: Partial<ModelInput> = {}): ModelInput {
   return {
@@ -55,19 +49,7 @@ function request (inputs: Tensor[], extra: Partial<InferRequest> = {}): InferReq
 }
 
 function fails (t: Asserts, fn: () => unknown, message: string, what?: string): void {
-  let caught: unknown
-  try {
-    fn()
-  } catch (err) {
-    caught = err
-  }
-  if (!isFlotillaError(caught)) {
-    t.fail(`${what ?? message}: expected a coded error, got ${String(caught)}`)
-    return
-  }
-  t.equal(caught.code, 'WRK_ERR_INVALID_INPUT', `${what ?? message}: code`)
-  t.equal(caught.statusCode, 400, `${what ?? message}: status`)
-  t.equal(caught.message, message, `${what ?? message}: message`)
+  throwsCoded(t, fn, { code: 'WRK_ERR_INVALID_INPUT', status: 400, message }, what)
 }
 
 const NOTE = 'NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended ' +
