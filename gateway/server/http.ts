@@ -11,14 +11,14 @@ import { createKServeServer, route } from '../../common/http-server.ts'
 import { type Logger } from '../../common/logger.ts'
 import { FLOTILLA_VERSION } from '../../common/version.ts'
 import { type Fleet } from '../fleet/fleet.ts'
-import { ENDPOINT_HEADER, REQUEST_ID_HEADER, type ForwardRequest, type ForwardResult, type Forwarder, type UpstreamResponse } from '../proxy/forward.ts'
+import { ENDPOINT_HEADER, REQUEST_ID_HEADER, upstreamRequestHeaders, type ForwardRequest, type ForwardResult, type Forwarder, type UpstreamResponse } from '../proxy/forward.ts'
 import { type GatewayMetrics } from './metrics.ts'
 
 /**
- * What `GET /v2` reports. Only what works end to end through the gateway: binary tensors, parameters and model
- * configs pass through untouched. `model_repository` is left out until load/unload are routed (only the index is).
+ * What `GET /v2` reports: what works end to end through the gateway, which is no more than the workers support.
+ * `model_repository` is left out until load/unload are routed (only the index is).
  */
-export const GATEWAY_EXTENSIONS: readonly string[] = ['binary_tensor_data', 'model_configuration', 'parameters']
+export const GATEWAY_EXTENSIONS: readonly string[] = ['model_configuration']
 
 /** Named in the 413 message: where to raise the body limit. */
 const BODY_LIMIT_SETTING = 'gateway.max_body_bytes in the fleet file'
@@ -80,7 +80,7 @@ export function buildGatewayHttp (options: GatewayHttpOptions): FastifyInstance 
       if (notServed !== undefined) throw notServed
     }
     const started = now()
-    const result = await forwarder.forward(candidates, model, version, forwardRequestOf(request))
+    const result = await forwarder.forward(candidates, model, version, forwardRequestOf(request, reply))
     const seconds = (now() - started) / 1000
     metrics.observe(model, result.endpoint?.name ?? '', result.ok ? result.response.statusCode : result.error.statusCode, seconds)
     return sendResult(request, reply, result)
@@ -94,21 +94,26 @@ export function buildGatewayHttp (options: GatewayHttpOptions): FastifyInstance 
 
   route(app, 'POST', '/v2/repository/index', async (request, reply) => {
     const endpoints = fleet.endpoints.filter((e) => e.state === 'active')
-    const forwarded = forwardRequestOf(request)
-    const results = await Promise.all(endpoints.map((e) => forwarder.sendTo(e, forwarded)))
+    const forwarded = forwardRequestOf(request, reply)
+    const headers = upstreamRequestHeaders(forwarded.headers, forwarded.requestId)
+    const results = await Promise.all(endpoints.map((e) => forwarder.sendTo(e, forwarded, headers)))
     return sendMergedIndex(request, reply, results)
   })
 
   return app
 }
 
-function forwardRequestOf (request: FastifyRequest): ForwardRequest {
+function forwardRequestOf (request: FastifyRequest, reply: FastifyReply): ForwardRequest {
+  // The response closing before it was written means the client went away: cancel the upstream request with it.
+  const aborted = new AbortController()
+  reply.raw.once('close', () => { if (!reply.raw.writableFinished) aborted.abort() })
   return {
     method: request.method,
     path: request.url,
     headers: request.headers,
     body: Buffer.isBuffer(request.body) ? request.body : undefined,
-    requestId: request.id
+    requestId: request.id,
+    signal: aborted.signal
   }
 }
 

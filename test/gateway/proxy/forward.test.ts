@@ -105,12 +105,12 @@ function coded (message: string, code: string): Error & { code: string } {
   return Object.assign(new Error(message), { code })
 }
 
-t.test('connect-type failures move on to the next server; never the same one twice', async (t) => {
+t.test('refused connections move on to the next server; never the same one twice', async (t) => {
   const [a, b, c] = endpoints('a', 'b', 'c')
   const calls: string[] = []
   const pool = fakePool({
-    [a!.origin]: () => ({ error: coded('other side closed', 'UND_ERR_SOCKET') }),
-    [b!.origin]: () => ({ error: coded('read ECONNRESET', 'ECONNRESET') }),
+    [a!.origin]: () => ({ error: coded('connect ECONNREFUSED 127.0.0.1:1', 'ECONNREFUSED') }),
+    [b!.origin]: () => ({ error: coded('connect EHOSTUNREACH 10.0.0.1:1', 'EHOSTUNREACH') }),
     [c!.origin]: () => ({ status: 200, body: 'from c' })
   }, calls)
   const forwarder = new Forwarder({ pool, balancer: createRoundRobin({ now: () => 0, random: () => 0 }), timeoutMs: 1000 })
@@ -122,6 +122,35 @@ t.test('connect-type failures move on to the next server; never the same one twi
     t.strictSame(result.response.headers, { 'content-type': 'text/plain', 'x-flotilla-endpoint': 'c' })
   }
   t.equal(calls.length, 3)
+})
+
+t.test('a reset moves on once; a second reset ends the request instead of replaying it on the whole fleet', async (t) => {
+  const [a, b, c] = endpoints('a', 'b', 'c')
+  const calls: string[] = []
+  const pool = fakePool({
+    [a!.origin]: () => ({ error: coded('other side closed', 'UND_ERR_SOCKET') }),
+    [b!.origin]: () => ({ error: coded('read ECONNRESET', 'ECONNRESET') }),
+    [c!.origin]: () => ({ status: 200, body: 'from c' })
+  }, calls)
+  const forwarder = new Forwarder({ pool, balancer: createRoundRobin({ now: () => 0, random: () => 0 }), timeoutMs: 1000 })
+  const result = await forwarder.forward(endpoints('a', 'b', 'c'), 'm', undefined, REQUEST)
+  t.equal(result.ok, false)
+  if (!result.ok) {
+    t.equal(result.error.code, 'GW_ERR_UPSTREAM_BROKEN')
+    t.equal(result.error.statusCode, 502)
+    t.equal(result.error.message, "server 'b' failed while answering a request for model 'm': read ECONNRESET")
+    t.equal(result.endpoint?.name, 'b')
+  }
+  t.equal(calls.length, 2, 'the third server never sees a request that two servers died of')
+
+  const calls2: string[] = []
+  const pool2 = fakePool({
+    [a!.origin]: () => ({ error: coded('other side closed', 'UND_ERR_SOCKET') }),
+    [b!.origin]: () => ({ status: 200, body: 'from b' })
+  }, calls2)
+  const forwarder2 = new Forwarder({ pool: pool2, balancer: createRoundRobin({ now: () => 0, random: () => 0 }), timeoutMs: 1000 })
+  const retried = await forwarder2.forward(endpoints('a', 'b'), 'm', undefined, REQUEST)
+  t.equal(retried.ok && retried.endpoint.name, 'b', 'one reset (a stale keep-alive connection, say) is retried elsewhere')
 })
 
 t.test('connect timeouts fail over too; the 502 names every server tried and the last error', async (t) => {

@@ -1,3 +1,4 @@
+import { request } from 'node:http'
 import { Writable } from 'node:stream'
 import t, { type Test } from 'tap'
 import { hasBalancer } from '../../../gateway/balancer/registry.ts'
@@ -207,6 +208,18 @@ t.test('a server that does not answer in time: 504', async (t) => {
   t.strictSame(JSON.parse(answer.body), { error: "server 'slow' did not answer within 150 ms" })
   t.equal(answer.headers['x-flotilla-endpoint'], 'slow')
   t.ok(Date.now() - started < 3000, 'the gateway did not wait for the server')
+})
+
+t.test('a client that goes away cancels its upstream request', async (t) => {
+  const slow = await worker(t, 'slow', { inferDelayMs: 5000 })
+  const g = await gateway(t, fleet([{ name: 'slow', port: slow.port, models: ['m'] }]))
+  const client = request({ host: '127.0.0.1', port: g.httpPort, method: 'POST', path: '/v2/models/m/infer' })
+  client.on('error', () => {})
+  client.end('{"inputs":[]}')
+  while (slow.seen.length === 0) await new Promise((resolve) => setTimeout(resolve, 10))
+  client.destroy()
+  for (let i = 0; i < 200 && slow.aborted() === 0; i++) await new Promise((resolve) => setTimeout(resolve, 10))
+  t.equal(slow.aborted(), 1, 'the worker saw its request cancelled, long before it would have answered')
 })
 
 t.test('request bodies: raw bytes pass through; over the limit is a 413', async (t) => {
