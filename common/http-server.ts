@@ -4,6 +4,7 @@
  * path with the wrong method, and the request body kept as raw bytes whatever its Content-Type (Triton ignores it).
  */
 import { randomUUID } from 'node:crypto'
+import { type Server } from 'node:http'
 import { fastify, LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, type HTTPMethods } from 'fastify'
 import { createError, errorBody, isFlotillaError } from './errors.ts'
 import { type Logger } from './logger.ts'
@@ -45,7 +46,7 @@ export function createKServeServer (options: KServeServerOptions): FastifyInstan
     exposeHeadRoutes: false,
     requestIdHeader: 'x-request-id',
     genReqId: () => randomUUID(),
-    // Inference bodies are large and opaque to the router; parse them only where they are used.
+    // While closing, new requests get a 503 (a gateway retries elsewhere) and the ones in flight finish.
     return503OnClosing: true
   })
 
@@ -92,10 +93,36 @@ export function createKServeServer (options: KServeServerOptions): FastifyInstan
   return app
 }
 
+/** `http://host:port`, bracketing IPv6 literals as URLs require. */
+export function originOf (host: string, port: number): string {
+  return `http://${host.includes(':') ? `[${host}]` : host}:${port}`
+}
+
+function boundPort (server: Server): number {
+  const address = server.address()
+  if (address === null || typeof address === 'string') throw new Error(`unexpected listen address ${String(address)}`)
+  return address.port
+}
+
 /** Listens and returns the bound port (port 0 binds an ephemeral one). */
 export async function listen (app: FastifyInstance, host: string, port: number): Promise<number> {
   await app.listen({ host, port })
-  const address = app.server.address()
-  if (address === null || typeof address === 'string') throw new Error(`unexpected listen address ${String(address)}`)
-  return address.port
+  return boundPort(app.server)
+}
+
+/** The same for a plain node:http server (the metrics listeners); rejects on EADDRINUSE and the like. */
+export function listenServer (server: Server, host: string, port: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(port, host, () => {
+      server.off('error', reject)
+      resolve(boundPort(server))
+    })
+  })
+}
+
+/** Closes a plain node:http server if it listens; resolves once it has stopped. */
+export async function closeServer (server: Server | undefined): Promise<void> {
+  if (server?.listening !== true) return
+  await new Promise(resolve => server.close(resolve))
 }

@@ -5,7 +5,7 @@
  */
 import { type Server } from 'node:http'
 import { performance } from 'node:perf_hooks'
-import { listen } from '../common/http-server.ts'
+import { closeServer, listen, listenServer, originOf } from '../common/http-server.ts'
 import { createLogger, type Logger } from '../common/logger.ts'
 import { balancerNames, createBalancer, hasBalancer } from './balancer/registry.ts'
 import { type BalancerDeps } from './balancer/types.ts'
@@ -86,27 +86,18 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
     httpPort = await listen(app, host, options.httpPort ?? settings.http_port)
     const wantedMetricsPort = options.metricsPort ?? settings.metrics_port
     if (wantedMetricsPort >= 0) {
-      const server = metrics.createServer()
-      metricsServer = server
-      metricsPort = await new Promise<number>((resolve, reject) => {
-        server.once('error', reject)
-        server.listen(wantedMetricsPort, host, () => {
-          server.off('error', reject)
-          const address = server.address()
-          resolve(typeof address === 'object' && address !== null ? address.port : -1)
-        })
-      })
+      metricsServer = metrics.createServer()
+      metricsPort = await listenServer(metricsServer, host, wantedMetricsPort)
     }
   } catch (err) {
     // One listener bound and the other not (port in use): release what was taken before reporting.
     await app.close()
     await pool.close()
-    const server = metricsServer
-    if (server?.listening === true) await new Promise((resolve) => server.close(resolve))
+    await closeServer(metricsServer)
     throw err
   }
 
-  const url = `http://${host.includes(':') ? `[${host}]` : host}:${httpPort}`
+  const url = originOf(host, httpPort)
   logger.info({
     url,
     metricsPort,
@@ -125,10 +116,7 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
         // fastify's close waits for requests in flight, whose upstream exchanges still need the pools.
         await app.close()
         await pool.close()
-        if (metricsServer !== undefined) {
-          const server = metricsServer
-          await new Promise((resolve) => server.close(resolve))
-        }
+        await closeServer(metricsServer)
       })()
       return closing
     }

@@ -4,7 +4,7 @@
  */
 import { type Server } from 'node:http'
 import { resolve } from 'node:path'
-import { listen } from '../common/http-server.ts'
+import { closeServer, listen, listenServer, originOf } from '../common/http-server.ts'
 import { createLogger, type Logger } from '../common/logger.ts'
 import { ModelRepository } from './repository/model-repository.ts'
 import { WorkerMetrics } from './server/metrics.ts'
@@ -32,7 +32,8 @@ export interface RunningWorker {
   readonly url: string
   readonly repository: ModelRepository
   /**
-   * Graceful stop: report not-ready, stop listening, let queued and executing requests finish, unload models.
+   * Graceful stop: refuse new requests (503) and report not-ready, let queued and executing requests finish,
+   * unload models. (A drain window before refusing, for gateways to notice, comes with runtime fleet operations.)
    */
   close (): Promise<void>
 }
@@ -51,22 +52,24 @@ export async function startWorker (options: WorkerOptions): Promise<RunningWorke
   let accepting = true
   const metrics = new WorkerMetrics(() => repository.pendingRequests())
   const app = buildWorkerHttp({ repository, metrics, logger, bodyLimit: maxBodyBytes, isAccepting: () => accepting })
-  const httpPort = await listen(app, host, options.httpPort ?? DEFAULT_WORKER_HTTP_PORT)
-
   let metricsServer: Server | undefined
+  let httpPort: number
   let metricsPort = -1
-  if ((options.metricsPort ?? DEFAULT_WORKER_METRICS_PORT) >= 0) {
-    metricsServer = metrics.createServer()
-    const server = metricsServer
-    metricsPort = await new Promise<number>((resolvePort, reject) => {
-      server.once('error', reject)
-      server.listen(options.metricsPort ?? DEFAULT_WORKER_METRICS_PORT, host, () => {
-        const address = server.address()
-        resolvePort(typeof address === 'object' && address !== null ? address.port : -1)
-      })
-    })
+  try {
+    httpPort = await listen(app, host, options.httpPort ?? DEFAULT_WORKER_HTTP_PORT)
+    const wantedMetricsPort = options.metricsPort ?? DEFAULT_WORKER_METRICS_PORT
+    if (wantedMetricsPort >= 0) {
+      metricsServer = metrics.createServer()
+      metricsPort = await listenServer(metricsServer, host, wantedMetricsPort)
+    }
+  } catch (err) {
+    // A port in use: release the other listener and the loaded models (js finalize() included) before reporting.
+    await app.close()
+    await closeServer(metricsServer)
+    await repository.unloadAll()
+    throw err
   }
-  const url = `http://${host.includes(':') ? `[${host}]` : host}:${httpPort}`
+  const url = originOf(host, httpPort)
   logger.info({ url, metricsPort, models: repository.index() }, 'worker listening')
 
   let closing: Promise<void> | undefined
@@ -82,7 +85,7 @@ export async function startWorker (options: WorkerOptions): Promise<RunningWorke
         // then are the models unloaded, so nothing that was accepted loses its model mid-way.
         await app.close()
         await repository.unloadAll()
-        if (metricsServer !== undefined) await new Promise(r => metricsServer.close(r))
+        await closeServer(metricsServer)
       })()
       return closing
     }

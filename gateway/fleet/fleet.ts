@@ -5,6 +5,7 @@
  *
  * Today the fleet comes from the fleet file alone; Consul and the admin API will feed {@link Fleet.update} too.
  */
+import { originOf } from '../../common/http-server.ts'
 import { type FleetConfig, type InferenceServerConfig } from './fleet-config.ts'
 import { type Endpoint } from './types.ts'
 
@@ -22,11 +23,6 @@ interface ModelRoute {
 }
 
 const NONE: readonly Endpoint[] = Object.freeze([])
-
-/** `http://host:port`, bracketing IPv6 literals as URLs require. */
-export function originOf (host: string, port: number): string {
-  return `http://${host.includes(':') ? `[${host}]` : host}:${port}`
-}
 
 /** The servers of `config` that take traffic: all of them, or those named in `load_balancer.servers`. */
 export function trafficServers (config: FleetConfig): readonly InferenceServerConfig[] {

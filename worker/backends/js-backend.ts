@@ -15,7 +15,7 @@
 import { stat } from 'node:fs/promises'
 import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
-import { createError } from '../../common/errors.ts'
+import { createError, wrapError } from '../../common/errors.ts'
 import { allocateTensorData, elementCount, float32ToBf16Bits, float32ToFp16Bits } from '../../common/protocol/datatypes.ts'
 import { type DataType, type Tensor, type TensorData } from '../../common/protocol/types.ts'
 import { configDataTypeToProtocol } from '../repository/model-config.ts'
@@ -61,7 +61,7 @@ async function importModule (file: string, modelName: string): Promise<JsModelMo
   try {
     mod = await import(url) as Record<string, unknown>
   } catch (err) {
-    throw createError('WRK_ERR_MODEL_LOAD', modelName, `${file} failed to import: ${(err as Error).message}`)
+    throw wrapError('WRK_ERR_MODEL_LOAD', err, modelName, `${file} failed to import: ${(err as Error).message}`)
   }
   if (typeof mod.execute !== 'function') {
     throw createError('WRK_ERR_MODEL_LOAD', modelName, `${file} must export a function named 'execute'`)
@@ -179,7 +179,7 @@ export const jsBackend: Backend = {
           modelName: ctx.modelName, version: ctx.version, versionDir: ctx.versionDir, config: ctx.config, parameters
         })
       } catch (err) {
-        throw createError('WRK_ERR_MODEL_LOAD', ctx.modelName, `initialize() in ${file} threw: ${(err as Error).message}`)
+        throw wrapError('WRK_ERR_MODEL_LOAD', err, ctx.modelName, `initialize() in ${file} threw: ${(err as Error).message}`)
       }
     }
     return {

@@ -157,7 +157,14 @@ export class ModelRepository {
         random: this.#random
       })
       vr.backendModel = backendModel
-      const instances = await Promise.all(specs.map(s => backendModel.createInstance(s)))
+      const created = await Promise.allSettled(specs.map(s => backendModel.createInstance(s)))
+      const instances = created.flatMap(r => r.status === 'fulfilled' ? [r.value] : [])
+      const failed = created.find(r => r.status === 'rejected')
+      if (failed !== undefined) {
+        // The instances that did start hold resources (threads, device memory later): release them too.
+        await Promise.all(instances.map(i => i.close().catch(() => {})))
+        throw failed.reason
+      }
       vr.instances = instances
       vr.loaded = { name: record.name, version, config, scheduler: new DefaultScheduler(record.name, instances) }
       vr.state = 'READY'

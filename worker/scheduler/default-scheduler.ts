@@ -44,7 +44,8 @@ export class DefaultScheduler implements Scheduler {
       const instance = this.#idle.pop()!
       const item = this.#queue.shift()!
       this.#executing++
-      instance.execute([item.request]).then(
+      // Through a promise chain, so a backend that throws synchronously fails the request, not the scheduler.
+      Promise.resolve().then(() => instance.execute([item.request])).then(
         responses => {
           const response = responses[0]
           if (response === undefined) item.reject(createError('WRK_ERR_EXECUTION_FAILED', this.#modelName, 'the backend returned no response'))

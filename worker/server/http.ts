@@ -3,7 +3,7 @@
  * metadata, model config, readiness, infer, and the repository index.
  */
 import { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
-import { createError, type FlotillaError } from '../../common/errors.ts'
+import { createError, isFlotillaError, wrapError } from '../../common/errors.ts'
 import { createKServeServer, route } from '../../common/http-server.ts'
 import { type Logger } from '../../common/logger.ts'
 import { decodeInferRequest, encodeInferResponse } from '../../common/protocol/json-codec.ts'
@@ -41,9 +41,13 @@ export function buildWorkerHttp (options: WorkerHttpOptions): FastifyInstance {
     logger: options.logger, bodyLimit: options.bodyLimit, bodyLimitSetting: 'the worker flag --max-body-bytes'
   })
 
-  app.addHook('onSend', async (request, reply) => {
+  app.addHook('onSend', async (_request, reply) => {
     reply.header(QUEUE_DEPTH_HEADER, repository.pendingRequests())
-    request.log.debug({ method: request.method, url: request.url, status: reply.statusCode }, 'request')
+  })
+  app.addHook('onResponse', async (request, reply) => {
+    // Checked first so that the log object is not built when debug is off (the usual case in production).
+    if (!options.logger.isLevelEnabled('debug')) return
+    request.log.debug({ method: request.method, url: request.url, status: reply.statusCode, durationMs: reply.elapsedTime }, 'request')
   })
 
   route(app, 'GET', '/v2/health/live', async (_req, reply) => reply.code(200).send())
@@ -137,7 +141,7 @@ async function infer (loaded: LoadedVersion, body: unknown, options: WorkerHttpO
     })
   } catch (err) {
     options.metrics.failure.inc({ ...labels, reason: 'BACKEND' })
-    throw (err as FlotillaError).code !== undefined ? err : createError('WRK_ERR_EXECUTION_FAILED', loaded.name, (err as Error).message)
+    throw isFlotillaError(err) ? err : wrapError('WRK_ERR_EXECUTION_FAILED', err, loaded.name, err instanceof Error ? err.message : String(err))
   }
   if ('error' in response) {
     options.metrics.failure.inc({ ...labels, reason: 'BACKEND' })

@@ -1,7 +1,8 @@
 import t from 'tap'
 import { hasBalancer } from '../../../gateway/balancer/registry.ts'
 import { parseFleetConfig } from '../../../gateway/fleet/fleet-config.ts'
-import { Fleet, originOf, trafficServers, type FleetServer } from '../../../gateway/fleet/fleet.ts'
+import { originOf } from '../../../common/http-server.ts'
+import { Fleet, trafficServers, type FleetServer } from '../../../gateway/fleet/fleet.ts'
 
 function server (name: string, models: string[], extra: Partial<FleetServer> = {}): FleetServer {
   return { name, host: '127.0.0.1', port: 9000, models, weight: 1, labels: {}, ...extra }
