@@ -76,27 +76,34 @@ function port (flags: Flags, name: 'http-port' | 'metrics-port', min = 0): numbe
   return n
 }
 
-/** Sends the parent (`flotilla start`) the bound ports, when this process was forked by it. */
+/** Sends the parent (`flotilla start`) the bound ports, when this process was forked by it and it is still there. */
 function announce (message: Record<string, unknown>): void {
-  if (typeof process.send === 'function') process.send({ type: 'flotilla:ready', ...message })
+  if (process.connected) process.send?.({ type: 'flotilla:ready', ...message })
 }
 
-/** Runs `close` on SIGINT/SIGTERM, then exits 0; a second signal exits at once. */
-function onShutdown (logger: Logger, close: () => Promise<void>): void {
+/** What a signal stops; replaced as the process brings more up. Until set, a signal just exits. */
+let shutdown: (() => Promise<void>) | undefined
+
+/**
+ * SIGINT/SIGTERM run {@link shutdown}, then exit 0; a second signal exits at once. Installed before anything
+ * starts, so a signal during start-up never leaves a half-started process (or its children) behind.
+ */
+function installSignalHandlers (logger: Logger): void {
   let stopping = false
-  const handler = (signal: NodeJS.Signals): void => {
+  const handler = (signal: string): void => {
     if (stopping) process.exit(1)
     stopping = true
+    if (shutdown === undefined) process.exit(0)
     logger.info({ signal }, 'shutting down: finishing in-flight requests')
-    close().then(() => process.exit(0), err => {
+    shutdown().then(() => process.exit(0), err => {
       logger.error({ err }, 'shutdown failed')
       process.exit(1)
     })
   }
   process.on('SIGINT', handler)
   process.on('SIGTERM', handler)
-  // A parent that dies without a signal (kill -9) closes the IPC channel: don't outlive it.
-  process.on('disconnect', () => handler('SIGTERM'))
+  // Forked by `flotilla start`: a parent that dies without stopping us (kill -9) closes the IPC channel.
+  if (process.send !== undefined) process.on('disconnect', () => handler('disconnect'))
 }
 
 async function runWorker (flags: Flags, logger: Logger): Promise<void> {
@@ -113,7 +120,7 @@ async function runWorker (flags: Flags, logger: Logger): Promise<void> {
     ...(httpPort !== undefined ? { httpPort } : {}),
     ...(metricsPort !== undefined ? { metricsPort } : {})
   })
-  onShutdown(logger, () => worker.close())
+  shutdown = () => worker.close()
   announce({ role: 'worker', httpPort: worker.httpPort, metricsPort: worker.metricsPort, url: worker.url })
 }
 
@@ -129,7 +136,7 @@ async function runGateway (flags: Flags, logger: Logger): Promise<void> {
     ...(httpPort !== undefined ? { httpPort } : {}),
     ...(metricsPort !== undefined ? { metricsPort } : {})
   })
-  onShutdown(logger, () => gateway.close())
+  shutdown = () => gateway.close()
   announce({ role: 'gateway', httpPort: gateway.httpPort, metricsPort: gateway.metricsPort, url: gateway.url })
 }
 
@@ -137,9 +144,14 @@ const LOOPBACK = /^(127\.[0-9.]+|localhost|::1|\[::1\])$/
 
 interface ReadyMessage { type: string, httpPort: number, metricsPort: number, url: string }
 
-/** Forks `flotilla worker` and resolves with its ports once it listens; rejects if it exits first. */
-function forkWorker (args: string[], name: string): Promise<{ child: ChildProcess, ready: ReadyMessage }> {
-  const child = fork(SELF, ['worker', ...args], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
+/**
+ * Forks `flotilla worker` and resolves with its ports once it listens; rejects if it exits first. The child is in
+ * a process group of its own, so a Ctrl-C reaches only this process, which then stops the workers in order
+ * (after the gateway has finished with them).
+ */
+function forkWorker (args: string[], name: string, children: ChildProcess[]): Promise<{ child: ChildProcess, ready: ReadyMessage }> {
+  const child = fork(SELF, ['worker', ...args], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], detached: true })
+  children.push(child)
   return new Promise((resolveReady, reject) => {
     const onExit = (code: number | null, signal: string | null): void => {
       reject(new Error(`worker '${name}' exited before it was ready (code ${code}, signal ${signal}); see its log above`))
@@ -185,12 +197,13 @@ async function runStart (flags: Flags, logger: Logger): Promise<void> {
       ? undefined
       : new Promise(r => { c.once('exit', r); c.kill('SIGTERM') })))
   }
+  shutdown = stopChildren
   let started
   try {
     started = await Promise.all(servers.map((s, i) => forkWorker([
       '--model-repository', repo, '--host', s.host, '--http-port', String(workerPorts[i]), '--metrics-port', '0',
       '--log-level', level
-    ], s.name).then(w => { children.push(w.child); return w })))
+    ], s.name, children)))
   } catch (err) {
     await stopChildren()
     throw err
@@ -219,7 +232,7 @@ async function runStart (flags: Flags, logger: Logger): Promise<void> {
     throw err
   }
   const g = gateway
-  onShutdown(logger, async () => { await g.close(); await stopChildren() })
+  shutdown = async () => { await g.close(); await stopChildren() }
 
   const lines = [
     '',
@@ -277,6 +290,7 @@ async function main (argv: string[]): Promise<void> {
   const level = flags['log-level']
   if (level !== undefined && !LOG_LEVELS.includes(level)) usage(`--log-level must be one of ${LOG_LEVELS.join(', ')}`)
   const logger = createLogger({ ...(level !== undefined ? { level } : {}), bindings: { component: command } })
+  installSignalHandlers(logger)
   if (command === 'worker') await runWorker(flags, logger)
   else if (command === 'gateway') await runGateway(flags, logger)
   else await runStart(flags, logger)

@@ -1,8 +1,11 @@
 /** The README's commands, for real: `flotilla start` brings up the demo fleet and an inference goes through. */
-import { spawn } from 'node:child_process'
+import { execFileSync, spawn } from 'node:child_process'
+import { createServer } from 'node:net'
+import { join } from 'node:path'
 import t from 'tap'
 import { get, post } from '../helpers/http.ts'
 import { CLI, stop } from '../helpers/processes.ts'
+import { identityConfig } from '../helpers/model-repo.ts'
 
 t.test('flotilla start on free ports serves the README curl', async t => {
   // `npm start` is `node dist/bin/flotilla.js start`; free ports keep the test off 8000 and out of other runs' way.
@@ -86,4 +89,37 @@ t.test('the CLI explains its usage and refuses bad flags', async t => {
   const missing = await run(['gateway', '--config', '/nonexistent/fleet.yaml'])
   t.equal(missing.code, 1)
   t.match(missing.out, /fleet\.yaml/, 'a missing fleet file is named')
+})
+
+t.test('a worker that cannot start takes the whole start down, leaving no process behind', async t => {
+  // A repository path unique to this test, so the processes it starts can be found (and told apart) by pgrep.
+  const dir = t.testdir({ repo: { echo: { 'config.pbtxt': identityConfig('echo', 'TYPE_FP32', [1]), 1: {} } } })
+  const busy = createServer()
+  await new Promise<void>(resolve => busy.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise(resolve => busy.close(resolve)))
+  const busyPort = (busy.address() as { port: number }).port
+  const fleet = join(dir, 'fleet.yaml')
+  const { writeFileSync } = await import('node:fs')
+  writeFileSync(fleet, [
+    'model_repository: repo',
+    'inference_servers:',
+    '  - { name: w1, host: 127.0.0.1, port: 1, models: [echo] }',
+    '  - { name: w2, host: 127.0.0.1, port: 2, models: [echo] }',
+    'load_balancer: { type: round_robin }'
+  ].join('\n'))
+  const child = spawn(process.execPath, [CLI, 'start', '--config', fleet, '--http-port', '0', '--metrics-port', '0',
+    '--worker-ports', `0,${busyPort}`], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn' } })
+  t.teardown(() => stop(child))
+  let out = ''
+  child.stdout.on('data', (d: Buffer) => { out += d.toString() })
+  child.stderr.on('data', (d: Buffer) => { out += d.toString() })
+  const code = await new Promise<number | null>(resolve => child.once('exit', c => resolve(c)))
+  t.equal(code, 1, 'start fails')
+  t.match(out, /worker 'w2' exited before it was ready/)
+  t.match(out, /EADDRINUSE/, 'the cause is in the log')
+  const running = (): string => {
+    try { return execFileSync('pgrep', ['-f', join(dir, 'repo')], { encoding: 'utf8' }) } catch { return '' }
+  }
+  for (let i = 0; i < 50 && running() !== ''; i++) await new Promise(resolve => setTimeout(resolve, 100))
+  t.equal(running(), '', 'no worker outlives a failed start')
 })
