@@ -192,7 +192,9 @@ async function runStart (flags: Flags, logger: Logger): Promise<void> {
 
   const level = flags['log-level'] ?? process.env.LOG_LEVEL ?? 'info'
   const children: ChildProcess[] = []
+  let stopping = false
   const stopChildren = async (): Promise<void> => {
+    stopping = true
     await Promise.all(children.map(c => c.exitCode !== null || c.signalCode !== null
       ? undefined
       : new Promise(r => { c.once('exit', r); c.kill('SIGTERM') })))
@@ -209,7 +211,11 @@ async function runStart (flags: Flags, logger: Logger): Promise<void> {
     throw err
   }
   for (const [i, { child }] of started.entries()) {
-    child.once('exit', (code, signal) => logger.warn({ worker: servers[i]!.name, code, signal }, 'worker exited'))
+    child.once('exit', (code, signal) => {
+      const fields = { worker: servers[i]!.name, code, signal }
+      if (stopping) logger.info(fields, 'worker stopped')
+      else logger.warn(fields, 'worker exited; the gateway sends its requests to the other workers')
+    })
   }
 
   const config: FleetConfig = {

@@ -166,6 +166,10 @@ export class ModelRepository {
         throw failed.reason
       }
       vr.instances = instances
+      if (config.dynamic_batching !== undefined) {
+        // Said once per load, so nobody benchmarks a config that is not doing what it says.
+        log.warn('dynamic_batching is not implemented yet: requests execute one at a time per instance')
+      }
       vr.loaded = { name: record.name, version, config, scheduler: new DefaultScheduler(record.name, instances) }
       vr.state = 'READY'
       log.info({ backend: backend.name, instances: instances.length }, 'model version READY')
