@@ -12,8 +12,8 @@ import { readFileSync } from 'node:fs'
 import { isMap, isScalar, isSeq, LineCounter, parseDocument, type Node } from 'yaml'
 import { createError, wrapError } from '../../common/errors.ts'
 import {
-  INVALID, SchemaContext, formatProblem, integer, list, object, oneOf, optional, required, string, stringMap,
-  withDefault, type Infer
+  INVALID, SchemaContext, boolean, formatProblem, integer, list, object, oneOf, optional, required, string,
+  stringMap, withDefault, type Infer
 } from './yaml-schema.ts'
 
 export const DEFAULT_GATEWAY_HOST = '127.0.0.1'
@@ -32,6 +32,25 @@ export const DEFAULT_GATEWAY_SETTINGS = Object.freeze({
   max_body_bytes: DEFAULT_MAX_BODY_BYTES,
   request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS
 })
+/** The `health_check` section when the file has none: HAProxy's defaults (inter 2 s, rise 2, fall 3), 1 s timeout. */
+export const DEFAULT_HEALTH_CHECK_SETTINGS = Object.freeze({
+  enabled: true,
+  interval_ms: 2000,
+  timeout_ms: 1000,
+  jitter_percent: 10,
+  healthy_threshold: 2,
+  unhealthy_threshold: 3
+})
+/** The `outlier_detection` section when the file has none: Envoy's consecutive-5xx defaults. */
+export const DEFAULT_OUTLIER_DETECTION_SETTINGS = Object.freeze({
+  enabled: true,
+  consecutive_failures: 5,
+  base_ejection_time_ms: 30_000,
+  max_ejection_time_ms: 300_000,
+  max_ejection_percent: 10
+})
+/** Envoy's healthy_panic_threshold: below this share of usable endpoints, a model's traffic goes to all of them. */
+export const DEFAULT_PANIC_THRESHOLD_PERCENT = 50
 /** setTimeout clamps longer delays to 1 ms, so a larger timeout would silently become "fire at once". */
 const MAX_TIMER_MS = 2 ** 31 - 1
 /** Buffers above this size are not possible on every platform Node supports. */
@@ -92,6 +111,7 @@ function fleetSchema (options: FleetConfigOptions) {
 
   const loadBalancer = object({
     type: required(strategy),
+    panic_threshold_percent: withDefault(integer(0, 100), DEFAULT_PANIC_THRESHOLD_PERCENT),
     servers: optional(list(object({ name: required(string()) }), {
       nonEmpty: 'omit it to send traffic to every inference server',
       unique: { what: 'server', key: 'name' }
@@ -106,6 +126,23 @@ function fleetSchema (options: FleetConfigOptions) {
     request_timeout_ms: withDefault(integer(1, MAX_TIMER_MS), DEFAULT_REQUEST_TIMEOUT_MS)
   })
 
+  const healthCheck = object({
+    enabled: withDefault(boolean(), DEFAULT_HEALTH_CHECK_SETTINGS.enabled),
+    interval_ms: withDefault(integer(100, MAX_TIMER_MS), DEFAULT_HEALTH_CHECK_SETTINGS.interval_ms),
+    timeout_ms: withDefault(integer(1, MAX_TIMER_MS), DEFAULT_HEALTH_CHECK_SETTINGS.timeout_ms),
+    jitter_percent: withDefault(integer(0, 50), DEFAULT_HEALTH_CHECK_SETTINGS.jitter_percent),
+    healthy_threshold: withDefault(integer(1, 100), DEFAULT_HEALTH_CHECK_SETTINGS.healthy_threshold),
+    unhealthy_threshold: withDefault(integer(1, 100), DEFAULT_HEALTH_CHECK_SETTINGS.unhealthy_threshold)
+  })
+
+  const outlierDetection = object({
+    enabled: withDefault(boolean(), DEFAULT_OUTLIER_DETECTION_SETTINGS.enabled),
+    consecutive_failures: withDefault(integer(1, 10_000), DEFAULT_OUTLIER_DETECTION_SETTINGS.consecutive_failures),
+    base_ejection_time_ms: withDefault(integer(1, MAX_TIMER_MS), DEFAULT_OUTLIER_DETECTION_SETTINGS.base_ejection_time_ms),
+    max_ejection_time_ms: withDefault(integer(1, MAX_TIMER_MS), DEFAULT_OUTLIER_DETECTION_SETTINGS.max_ejection_time_ms),
+    max_ejection_percent: withDefault(integer(0, 100), DEFAULT_OUTLIER_DETECTION_SETTINGS.max_ejection_percent)
+  })
+
   return object({
     model_repository: optional(string()),
     inference_servers: required(list(inferenceServer, {
@@ -113,6 +150,8 @@ function fleetSchema (options: FleetConfigOptions) {
       unique: { what: 'server name', key: 'name' }
     })),
     load_balancer: required(loadBalancer),
+    health_check: withDefault(healthCheck, DEFAULT_HEALTH_CHECK_SETTINGS),
+    outlier_detection: withDefault(outlierDetection, DEFAULT_OUTLIER_DETECTION_SETTINGS),
     gateway: withDefault(gateway, DEFAULT_GATEWAY_SETTINGS)
   })
 }
@@ -125,6 +164,10 @@ export type InferenceServerConfig = FleetConfig['inference_servers'][number]
 export type LoadBalancerConfig = FleetConfig['load_balancer']
 /** The `gateway` section (listeners and limits), with defaults filled in. */
 export type GatewaySettings = FleetConfig['gateway']
+/** The `health_check` section (active checks), with defaults filled in. */
+export type HealthCheckConfig = FleetConfig['health_check']
+/** The `outlier_detection` section (passive ejection), with defaults filled in. */
+export type OutlierDetectionConfig = FleetConfig['outlier_detection']
 
 /**
  * Parses and validates fleet YAML.
@@ -209,6 +252,20 @@ function crossCheck (root: Node | null, ctx: SchemaContext): void {
   if (httpPort !== undefined && httpPort !== 0 && httpPort === metricsPort) {
     ctx.report(metricsNode ?? httpNode, null, `gateway.metrics_port must differ from gateway.http_port (both are ${httpPort})`)
   }
+
+  const outlier = ctx.resolve(childOf(root, 'outlier_detection', ctx))
+  const baseNode = childOf(outlier, 'base_ejection_time_ms', ctx)
+  const maxNode = childOf(outlier, 'max_ejection_time_ms', ctx)
+  const base = integerOfOr(baseNode, DEFAULT_OUTLIER_DETECTION_SETTINGS.base_ejection_time_ms)
+  const max = integerOfOr(maxNode, DEFAULT_OUTLIER_DETECTION_SETTINGS.max_ejection_time_ms)
+  if (base !== undefined && max !== undefined && max < base) {
+    ctx.report(maxNode ?? baseNode, null,
+      `outlier_detection.max_ejection_time_ms (${max}) must be at least base_ejection_time_ms (${base})`)
+  }
+}
+
+function integerOfOr (node: Node | null, fallback: number): number | undefined {
+  return node === null ? fallback : integerOf(node)
 }
 
 function integerOf (node: Node): number | undefined {

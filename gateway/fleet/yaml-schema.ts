@@ -180,6 +180,21 @@ export function integer (min: number, max: number): Spec<number> {
   }
 }
 
+/** `true` or `false` (YAML 1.2 core schema: `yes`/`on` are strings, and refused, as they are in JSON). */
+export function boolean (): Spec<boolean> {
+  const expected = 'true or false'
+  return {
+    expected,
+    read (node, path, ctx, at) {
+      if (!isScalar(node) || typeof node.value !== 'boolean') {
+        ctx.report(node, at, mustBe(path, expected, node))
+        return INVALID
+      }
+      return node.value
+    }
+  }
+}
+
 /**
  * One of a closed set of words. `notYet` names words that are planned but not implemented, with the reason, so
  * the message can say so instead of calling them unknown.

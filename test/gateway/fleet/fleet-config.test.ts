@@ -40,6 +40,8 @@ load_balancer:
   type: round_robin
 `
 
+const TOP = 'model_repository, inference_servers, load_balancer, health_check, outlier_detection, gateway'
+
 t.test('the seed fleet file loads unchanged', async (t) => {
   const config = loadFleetFile(SEED, options)
   t.strictSame(config, {
@@ -66,8 +68,11 @@ t.test('the seed fleet file loads unchanged', async (t) => {
     ],
     load_balancer: {
       type: 'round_robin',
+      panic_threshold_percent: 50,
       servers: [{ name: 'image-classifier-server-1' }, { name: 'image-classifier-server-2' }]
     },
+    health_check: { enabled: true, interval_ms: 2000, timeout_ms: 1000, jitter_percent: 10, healthy_threshold: 2, unhealthy_threshold: 3 },
+    outlier_detection: { enabled: true, consecutive_failures: 5, base_ejection_time_ms: 30000, max_ejection_time_ms: 300000, max_ejection_percent: 10 },
     gateway: {
       host: '127.0.0.1',
       http_port: 8000,
@@ -76,7 +81,7 @@ t.test('the seed fleet file loads unchanged', async (t) => {
       request_timeout_ms: 60000
     }
   })
-  t.strictSame(Object.keys(config), ['model_repository', 'inference_servers', 'load_balancer', 'gateway'])
+  t.strictSame(Object.keys(config), ['model_repository', 'inference_servers', 'load_balancer', 'health_check', 'outlier_detection', 'gateway'])
   t.ok(isDeepFrozen(config), 'the config is frozen all the way down')
   t.throws(() => { (config.inference_servers[0] as { port: number }).port = 1 }, TypeError)
 })
@@ -98,7 +103,9 @@ t.test('every optional key', async (t) => {
       },
       { name: 'cpu-1', host: 'localhost', port: 9002, models: ['bert'], weight: 0, protocol: 'http', labels: {} }
     ],
-    load_balancer: { type: 'round_robin' },
+    load_balancer: { type: 'round_robin', panic_threshold_percent: 30 },
+    health_check: { enabled: true, interval_ms: 500, timeout_ms: 200, jitter_percent: 0, healthy_threshold: 1, unhealthy_threshold: 2 },
+    outlier_detection: { enabled: false, consecutive_failures: 3, base_ejection_time_ms: 1000, max_ejection_time_ms: 5000, max_ejection_percent: 50 },
     gateway: { host: '0.0.0.0', http_port: 0, metrics_port: 0, max_body_bytes: 1024, request_timeout_ms: 500 }
   })
   t.ok(isDeepFrozen(config))
@@ -144,7 +151,10 @@ t.test('fixtures: each problem names the file, line, column and key', async (t) 
       "12:15: inference_servers[1].protocol 'grpc' is not supported yet: gRPC upstreams come in a later release (supported: http)",
       `14:9: load_balancer.type 'least_magic' is not a known balancing strategy (known: ${balancerNames().join(', ')})`,
       "17:13: load_balancer.servers[1].name 'c' is not the name of any inference_servers entry (known: a)",
-      "18:1: unknown key 'health_check' at the top level (allowed: model_repository, inference_servers, load_balancer, gateway)"
+      '18:30: health_check.interval_ms must be an integer in 100..2147483647, got 10',
+      "18:34: unknown key 'healthy' in health_check (allowed: enabled, interval_ms, timeout_ms, jitter_percent, healthy_threshold, unhealthy_threshold)",
+      '19:73: outlier_detection.max_ejection_time_ms (1000) must be at least base_ejection_time_ms (5000)',
+      `20:1: unknown key 'canary' at the top level (allowed: ${TOP})`
     ]]
   ]
   for (const [file, expected] of cases) {
@@ -230,7 +240,7 @@ t.test('inline bad fleets', async (t) => {
     ['load_balancer not a mapping', BASE.replace('load_balancer:\n  type: round_robin', 'load_balancer: round_robin'),
       "fleet.yaml:6:16: load_balancer must be a mapping, got 'round_robin' (a string)"],
     ['unknown key in load_balancer', BASE + '  sticky: true\n',
-      "fleet.yaml:8:3: unknown key 'sticky' in load_balancer (allowed: type, servers)"],
+      "fleet.yaml:8:3: unknown key 'sticky' in load_balancer (allowed: type, panic_threshold_percent, servers)"],
     ['balancer names an unknown server', BASE + '  servers:\n    - name: b\n',
       "fleet.yaml:9:13: load_balancer.servers[0].name 'b' is not the name of any inference_servers entry (known: a)"],
     ['balancer names a server twice', BASE + '  servers: [{ name: a }, { name: a }]\n',
@@ -239,8 +249,14 @@ t.test('inline bad fleets', async (t) => {
       'fleet.yaml:8:12: load_balancer.servers must not be empty (omit it to send traffic to every inference server)'],
     ['unknown key in a balancer server', BASE + '  servers: [{ name: a, weight: 2 }]\n',
       "fleet.yaml:8:24: unknown key 'weight' in load_balancer.servers[0] (allowed: name)"],
-    ['a planned top-level key', BASE + 'health_check: { interval_ms: 100 }\n',
-      "fleet.yaml:8:1: unknown key 'health_check' at the top level (allowed: model_repository, inference_servers, load_balancer, gateway)"],
+    ['a planned top-level key', BASE + 'canary: { weight: 5 }\n',
+      `fleet.yaml:8:1: unknown key 'canary' at the top level (allowed: ${TOP})`],
+    ['health check enabled is not a boolean', BASE + 'health_check: { enabled: yes }\n',
+      "fleet.yaml:8:26: health_check.enabled must be true or false, got 'yes' (a string)"],
+    ['panic threshold over 100', BASE + '  panic_threshold_percent: 101\n',
+      'fleet.yaml:8:28: load_balancer.panic_threshold_percent must be an integer in 0..100, got 101'],
+    ['ejection percent over 100', BASE + 'outlier_detection:\n  max_ejection_percent: 150\n',
+      'fleet.yaml:9:25: outlier_detection.max_ejection_percent must be an integer in 0..100, got 150'],
     ['unknown key in gateway', BASE + 'gateway:\n  grpc_port: 8001\n',
       "fleet.yaml:9:3: unknown key 'grpc_port' in gateway (allowed: host, http_port, metrics_port, max_body_bytes, request_timeout_ms)"],
     ['gateway port out of range', BASE + 'gateway:\n  http_port: 65536\n',
@@ -257,7 +273,7 @@ t.test('inline bad fleets', async (t) => {
     ['duplicate top-level key', BASE + 'load_balancer:\n  type: round_robin\n',
       "fleet.yaml:8:1: duplicate key 'load_balancer' at the top level (first at 6:1)"],
     ['a non-scalar key', BASE + '[a]: 1\n',
-      'fleet.yaml:8:1: keys at the top level must be plain words, got a list (allowed: model_repository, inference_servers, load_balancer, gateway)'],
+      `fleet.yaml:8:1: keys at the top level must be plain words, got a list (allowed: ${TOP})`],
     ['two documents', BASE + '---\n' + BASE,
       'fleet.yaml:8:1: YAML syntax error: Source contains multiple documents; please use YAML.parseAllDocuments()'],
     ['tab indentation', 'inference_servers:\n\t- name: a\n', 'fleet.yaml:2:1: YAML syntax error: Tabs are not allowed as indentation']

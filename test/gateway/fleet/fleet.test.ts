@@ -56,7 +56,7 @@ load_balancer:
 `, { file: 'f.yaml', isKnownStrategy: hasBalancer })
   t.strictSame(names(trafficServers(config)), ['a', 'c'], 'in inference_servers order')
   t.strictSame(names(Fleet.fromConfig(config).endpointsServing('m')), ['a', 'c'])
-  const all = { ...config, load_balancer: { type: 'round_robin' } }
+  const all = { ...config, load_balancer: { type: 'round_robin', panic_threshold_percent: 50 } }
   t.strictSame(names(Fleet.fromConfig(all).endpoints), ['a', 'b', 'c'])
 })
 
