@@ -6,6 +6,7 @@ import { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fa
 import { createError, isFlotillaError, wrapError } from '../../common/errors.ts'
 import { createKServeServer, route } from '../../common/http-server.ts'
 import { type Logger } from '../../common/logger.ts'
+import { QUEUE_DEPTH_HEADER } from '../../common/protocol/headers.ts'
 import { decodeInferRequest, encodeInferResponse } from '../../common/protocol/json-codec.ts'
 import { type Tensor } from '../../common/protocol/types.ts'
 import { FLOTILLA_VERSION } from '../../common/version.ts'
@@ -24,9 +25,6 @@ export interface WorkerHttpOptions {
   isAccepting: () => boolean
   now?: () => bigint
 }
-
-/** Header carrying this worker's pending request count on every response, read by the gateway's balancer. */
-export const QUEUE_DEPTH_HEADER = 'x-flotilla-queue-depth'
 
 export const EXTENSIONS = ['model_repository', 'model_configuration'] as const
 
