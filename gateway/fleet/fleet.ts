@@ -165,7 +165,10 @@ function toEndpoint (server: FleetServer): Endpoint {
     weight: server.weight,
     labels: Object.freeze({ ...server.labels }),
     state: 'active',
-    inFlight: 0
+    inFlight: 0,
+    // No report yet: least_queue treats the depth as stale and balances on in-flight alone.
+    queueDepth: 0,
+    queueDepthAt: Number.NEGATIVE_INFINITY
   }
 }
 

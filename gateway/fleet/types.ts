@@ -14,7 +14,9 @@ export type EndpointState = 'active'
  *
  * Ownership: the configuration fields are fixed for the life of the object (a changed host or port means a new
  * endpoint). `state` is written only by the fleet. `inFlight` is written only by the proxy, which increments it
- * before sending a request and decrements it when the exchange is over; balancers may read both, never write.
+ * before sending a request and decrements it when the exchange is over. `queueDepth` and `queueDepthAt` are written
+ * together by whoever hears the worker report its queue (the proxy from responses, the health checker from its
+ * probes). Balancers may read all of these, never write.
  */
 export interface Endpoint {
   /** Unique within the fleet; sent back to clients in `x-flotilla-endpoint` and used as a metric label. */
@@ -33,4 +35,16 @@ export interface Endpoint {
   state: EndpointState
   /** Requests sent to this endpoint that have not finished yet. */
   inFlight: number
+  /**
+   * The number of requests waiting in the worker's own queue (not yet executing), as the worker last reported it.
+   * It counts requests from every gateway replica, and none still on the wire. Meaningful only together with
+   * {@link Endpoint.queueDepthAt}; 0 until the first report.
+   */
+  queueDepth: number
+  /**
+   * When {@link Endpoint.queueDepth} was reported, in milliseconds of the gateway's monotonic clock (the same clock
+   * as the balancer's `now`, `performance.now()` in production); `-Infinity` (or `NaN`) when it never was. Readers
+   * judge staleness from it, so a writer sets both fields at once.
+   */
+  queueDepthAt: number
 }
