@@ -3,9 +3,14 @@
  * the balancer picks from. Candidate lists are computed when the fleet changes, never per request, and keep their
  * identity until the next change (balancers key per-set state on them).
  *
+ * Health narrows the lists: an endpoint that fails its checks (or is ejected) for a model leaves that model's lists
+ * when the checker or detector says so ({@link Fleet.refresh}), unless fewer than the panic threshold would remain,
+ * in which case all of them stay (Envoy's panic mode: see `balancer/panic.ts`).
+ *
  * Today the fleet comes from the fleet file alone; Consul and the admin API will feed {@link Fleet.update} too.
  */
 import { originOf } from '../../common/http-server.ts'
+import { DEFAULT_PANIC_THRESHOLD_PERCENT, usableOrAll } from '../balancer/panic.ts'
 import { type FleetConfig, type InferenceServerConfig } from './fleet-config.ts'
 import { type Endpoint } from './types.ts'
 
@@ -24,6 +29,14 @@ interface ModelRoute {
 
 const NONE: readonly Endpoint[] = Object.freeze([])
 
+/** How the fleet learns what may take traffic; both default to "everything, no panic arithmetic needed". */
+export interface FleetOptions {
+  /** Whether `endpoint` passes its checks for `model` and is not ejected. */
+  usable?: (endpoint: Endpoint, model: string) => boolean
+  /** Below this share of usable endpoints, a model's requests go to all of them (0 turns panic off). */
+  panicThresholdPercent?: number
+}
+
 /** The servers of `config` that take traffic: all of them, or those named in `load_balancer.servers`. */
 export function trafficServers (config: FleetConfig): readonly InferenceServerConfig[] {
   const picked = config.load_balancer.servers
@@ -35,16 +48,53 @@ export function trafficServers (config: FleetConfig): readonly InferenceServerCo
 export class Fleet {
   #endpoints: readonly Endpoint[] = NONE
   #byName = new Map<string, Endpoint>()
+  /** Every endpoint that may take traffic by state, per model: rebuilt when membership changes. */
   #routes = new Map<string, ModelRoute>()
+  /** The same lists narrowed by health (or not, in panic): what requests see; rebuilt by {@link Fleet.refresh}. */
+  #served = new Map<string, ModelRoute>()
   #models: readonly string[] = []
+  readonly #usable: ((endpoint: Endpoint, model: string) => boolean) | undefined
+  readonly #panicThreshold: number
 
-  constructor (servers: readonly FleetServer[]) {
+  constructor (servers: readonly FleetServer[], options: FleetOptions = {}) {
+    this.#usable = options.usable
+    this.#panicThreshold = options.panicThresholdPercent ?? DEFAULT_PANIC_THRESHOLD_PERCENT
     this.update(servers)
   }
 
   /** The fleet for the servers of `config` that take traffic (see {@link trafficServers}). */
-  static fromConfig (config: FleetConfig): Fleet {
-    return new Fleet(trafficServers(config))
+  static fromConfig (config: FleetConfig, options: Omit<FleetOptions, 'panicThresholdPercent'> = {}): Fleet {
+    return new Fleet(trafficServers(config), { ...options, panicThresholdPercent: config.load_balancer.panic_threshold_percent })
+  }
+
+  /**
+   * Re-reads health for every endpoint and model and narrows the candidate lists. Called when a health check or
+   * an ejection changes something, never per request. A list whose usable members did not change keeps its
+   * identity, so balancer state keyed on it survives.
+   */
+  refresh (): void {
+    const usable = this.#usable
+    if (usable === undefined) {
+      this.#served = this.#routes
+      return
+    }
+    const served = new Map<string, ModelRoute>()
+    for (const [model, route] of this.#routes) {
+      const narrow = (list: readonly Endpoint[]): readonly Endpoint[] =>
+        usableOrAll(list, (e) => usable(e, model), this.#panicThreshold)
+      const byVersion = new Map<string, readonly Endpoint[]>()
+      for (const [v, list] of route.byVersion) byVersion.set(v, narrow(list))
+      served.set(model, { all: narrow(route.all), anyVersion: narrow(route.anyVersion), byVersion })
+    }
+    this.#served = served
+  }
+
+  /** Whether `model`'s requests currently go to every endpoint because too few are usable. */
+  panicking (model: string): boolean {
+    const base = this.#routes.get(model)?.all
+    const served = this.#served.get(model)?.all
+    return base !== undefined && base.length > 0 && served === base && this.#usable !== undefined &&
+      base.some((e) => !this.#usable!(e, model))
   }
 
   /**
@@ -82,13 +132,14 @@ export class Fleet {
   }
 
   /**
-   * The endpoints that may take a request for `model` (and `version`, when given), in fleet order. The array is
-   * shared and frozen: callers must not keep it past the next {@link Fleet.update}, nor modify it.
+   * The endpoints that may take a request for `model` (and `version`, when given), in fleet order: usable ones, or
+   * all of them in panic. The array is shared and frozen: callers must not keep it past the next
+   * {@link Fleet.update} or {@link Fleet.refresh}, nor modify it.
    *
    * @param version decimal digits as in the URL (leading zeros allowed); `undefined` when the URL names none
    */
   endpointsServing (model: string, version?: string): readonly Endpoint[] {
-    const route = this.#routes.get(model)
+    const route = this.#served.get(model)
     if (route === undefined) return NONE
     if (version === undefined) return route.all
     return route.byVersion.get(canonicalVersion(version)) ?? route.anyVersion
@@ -144,6 +195,7 @@ export class Fleet {
     }
     this.#routes = frozen
     this.#models = Object.freeze([...frozen.keys()].sort())
+    this.refresh()
   }
 }
 

@@ -83,3 +83,37 @@ t.test('origins', async (t) => {
   t.equal(originOf('::1', 8000), 'http://[::1]:8000')
   t.equal(originOf('worker.local', 8000), 'http://worker.local:8000')
 })
+
+t.test('health narrows the candidate lists on refresh; panic keeps them all', async (t) => {
+  const servers: FleetServer[] = ['a', 'b', 'c', 'd'].map((name, i) => ({
+    name, host: '127.0.0.1', port: 9000 + i, models: ['m', 'n'], weight: 1, labels: {}
+  }))
+  const down = new Set<string>()
+  const fleet = new Fleet(servers, { usable: (e, model) => !down.has(e.name) && !down.has(`${e.name}/${model}`) })
+  const first = fleet.endpointsServing('m')
+  t.strictSame(names(first), ['a', 'b', 'c', 'd'])
+  fleet.refresh()
+  t.equal(fleet.endpointsServing('m'), first, 'nothing changed: the same array, so balancer state survives')
+
+  down.add('b')
+  t.equal(fleet.endpointsServing('m'), first, 'health is read on refresh, never per request')
+  fleet.refresh()
+  t.strictSame(names(fleet.endpointsServing('m')), ['a', 'c', 'd'])
+  t.strictSame(names(fleet.endpointsServing('m', '3')), ['a', 'c', 'd'], 'version lists narrow too')
+
+  down.add('c/m')
+  fleet.refresh()
+  t.strictSame(names(fleet.endpointsServing('m')), ['a', 'd'], 'a model that is not ready on one server')
+  t.strictSame(names(fleet.endpointsServing('n')), ['a', 'c', 'd'], 'leaves that server serving its other models')
+  t.notOk(fleet.panicking('m'), '2 of 4 usable is not below 50%')
+
+  down.add('d')
+  fleet.refresh()
+  t.strictSame(names(fleet.endpointsServing('m')), ['a', 'b', 'c', 'd'], '1 of 4 usable: panic, traffic goes to all')
+  t.ok(fleet.panicking('m'))
+  t.notOk(fleet.panicking('n'), '2 of 4 usable for n')
+
+  const strict = new Fleet(servers, { usable: () => false, panicThresholdPercent: 0 })
+  t.strictSame(names(strict.endpointsServing('m')), [], 'panic off: nothing usable means nothing to route to')
+  t.notOk(strict.panicking('m'))
+})
