@@ -5,12 +5,16 @@
  */
 import { type Server } from 'node:http'
 import { performance } from 'node:perf_hooks'
+import { Agent } from 'undici'
 import { closeServer, listen, listenServer, originOf } from '../common/http-server.ts'
 import { createLogger, type Logger } from '../common/logger.ts'
 import { balancerNames, createBalancer, hasBalancer } from './balancer/registry.ts'
 import { type BalancerDeps } from './balancer/types.ts'
 import { loadFleetFile, type FleetConfig } from './fleet/fleet-config.ts'
 import { Fleet } from './fleet/fleet.ts'
+import { FleetHealth } from './health/fleet-health.ts'
+import { createHttpProbe } from './health/http-probe.ts'
+import { type Timers } from './health/types.ts'
 import { Forwarder } from './proxy/forward.ts'
 import { UpstreamPool, type PoolFactory } from './proxy/upstream-pool.ts'
 import { buildGatewayHttp } from './server/http.ts'
@@ -73,8 +77,20 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
   }
 
   const balancer = createBalancer(config.load_balancer.type, deps)
-  const fleet = Fleet.fromConfig(config)
   const pool = new UpstreamPool(options.poolFactory === undefined ? {} : { factory: options.poolFactory })
+  const timers: Timers = {
+    now: deps.now,
+    // Unref'd: health timers alone never keep a process alive (the listeners do, while the gateway runs).
+    setTimeout: (fn, ms) => setTimeout(fn, ms).unref(),
+    clearTimeout: (handle) => { clearTimeout(handle as NodeJS.Timeout) }
+  }
+  // Probes get their own keep-alive agent: a check must not wait behind, or be counted with, traffic.
+  const probeAgent = new Agent({ connections: 1 })
+  const health = new FleetHealth({
+    config, probe: createHttpProbe(() => probeAgent), timers, random: deps.random, logger
+  })
+  const fleet = Fleet.fromConfig(config, { usable: health.usable })
+  health.attach(fleet)
   const forwarder = new Forwarder({ pool, balancer, timeoutMs: settings.request_timeout_ms })
   const metrics = new GatewayMetrics(() => fleet.endpoints)
   const app = buildGatewayHttp({ fleet, forwarder, metrics, logger, bodyLimit: settings.max_body_bytes, now: deps.now })
@@ -91,6 +107,8 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
     }
   } catch (err) {
     // One listener bound and the other not (port in use): release what was taken before reporting.
+    health.stop()
+    await probeAgent.destroy()
     await app.close()
     await pool.close()
     await closeServer(metricsServer)
@@ -113,7 +131,10 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
     url,
     close () {
       closing ??= (async () => {
-        // fastify's close waits for requests in flight, whose upstream exchanges still need the pools.
+        // No more probes or ejection timers; then fastify's close waits for requests in flight, whose upstream
+        // exchanges still need the pools.
+        health.stop()
+        await probeAgent.destroy()
         await app.close()
         await pool.close()
         await closeServer(metricsServer)

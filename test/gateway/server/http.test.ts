@@ -16,7 +16,8 @@ function fleet (servers: ServerSpec[], gateway: Record<string, number> = {}): Re
     lines.push(`  - name: ${s.name}`, '    host: 127.0.0.1', `    port: ${s.port}`, `    models: [${s.models.join(', ')}]`)
     if (s.versions !== undefined) lines.push(`    versions: [${s.versions.join(', ')}]`)
   }
-  lines.push('load_balancer:', '  type: round_robin', 'gateway:')
+  // These tests pin which requests reach which server: active health probes would add their own.
+  lines.push('load_balancer:', '  type: round_robin', 'health_check:', '  enabled: false', 'gateway:')
   for (const [key, value] of Object.entries({ http_port: 0, metrics_port: 0, ...gateway })) lines.push(`  ${key}: ${value}`)
   return parseFleetConfig(lines.join('\n') + '\n', { file: 'test-fleet.yaml', isKnownStrategy: hasBalancer })
 }
