@@ -91,7 +91,12 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
   })
   const fleet = Fleet.fromConfig(config, { usable: health.usable })
   health.attach(fleet)
-  const forwarder = new Forwarder({ pool, balancer, timeoutMs: settings.request_timeout_ms })
+  const forwarder = new Forwarder({
+    pool,
+    balancer,
+    timeoutMs: settings.request_timeout_ms,
+    onAttempt: (endpoint, status, queueDepth) => { health.record(endpoint, status, queueDepth) }
+  })
   const metrics = new GatewayMetrics(() => fleet.endpoints)
   const app = buildGatewayHttp({ fleet, forwarder, metrics, logger, bodyLimit: settings.max_body_bytes, now: deps.now })
 

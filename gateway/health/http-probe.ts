@@ -5,15 +5,9 @@
  * reads the queue depth the worker reports on every response.
  */
 import { type Dispatcher } from 'undici'
-import { QUEUE_DEPTH_HEADER } from '../../common/protocol/headers.ts'
+import { parseQueueDepth, QUEUE_DEPTH_HEADER } from '../../common/protocol/headers.ts'
 import { type Endpoint } from '../fleet/types.ts'
 import { type Probe, type ProbeResult } from './types.ts'
-
-/** Reads a queue-depth header value; `undefined` when absent or not a non-negative integer. */
-export function parseQueueDepth (value: string | string[] | undefined): number | undefined {
-  if (typeof value !== 'string' || !/^[0-9]{1,9}$/.test(value)) return undefined
-  return Number(value)
-}
 
 export function createHttpProbe (dispatcherFor: (endpoint: Endpoint) => Dispatcher): Probe {
   return async (endpoint, model, timeoutMs): Promise<ProbeResult> => {

@@ -24,6 +24,7 @@ import { type Dispatcher } from 'undici'
 import { createError, type FlotillaError, wrapError } from '../../common/errors.ts'
 import { type Balancer, type PickContext } from '../balancer/types.ts'
 import { type Endpoint } from '../fleet/types.ts'
+import { parseQueueDepth, QUEUE_DEPTH_HEADER } from '../../common/protocol/headers.ts'
 import { type UpstreamPool } from './upstream-pool.ts'
 
 /** The response header that names the server that answered. */
@@ -156,6 +157,11 @@ export interface ForwarderOptions {
   balancer: Balancer
   /** Deadline for one attempt, from sending the request to the last response byte. */
   timeoutMs: number
+  /**
+   * Told how each attempt went: the status the server answered (504 for a timeout), or `undefined` when no
+   * connection could be made; and the queue depth the server reported, when it did. Feeds outlier detection.
+   */
+  onAttempt?: (endpoint: Endpoint, status: number | undefined, queueDepth: number | undefined) => void
 }
 
 /** A {@link PickContext} the forwarder can update between attempts (balancers see it read-only). */
@@ -165,11 +171,13 @@ export class Forwarder {
   readonly #pool: UpstreamPool
   readonly #balancer: Balancer
   readonly #timeoutMs: number
+  readonly #onAttempt: NonNullable<ForwarderOptions['onAttempt']>
 
   constructor (options: ForwarderOptions) {
     this.#pool = options.pool
     this.#balancer = options.balancer
     this.#timeoutMs = options.timeoutMs
+    this.#onAttempt = options.onAttempt ?? (() => {})
   }
 
   /**
@@ -252,9 +260,15 @@ export class Forwarder {
       })
       answered = true
       const payload = Buffer.from(await res.body.arrayBuffer())
+      this.#onAttempt(endpoint, res.statusCode, parseQueueDepth(res.headers[QUEUE_DEPTH_HEADER]))
       return { ok: true, response: { statusCode: res.statusCode, headers: clientResponseHeaders(res.headers, endpoint.name), body: payload } }
     } catch (err) {
-      if (timedOut) return { ok: false, kind: 'final', error: createError('GW_ERR_UPSTREAM_TIMEOUT', endpoint.name, this.#timeoutMs) }
+      if (timedOut) {
+        this.#onAttempt(endpoint, 504, undefined)
+        return { ok: false, kind: 'final', error: createError('GW_ERR_UPSTREAM_TIMEOUT', endpoint.name, this.#timeoutMs) }
+      }
+      // A client that went away says nothing about the server.
+      if (request.signal?.aborted !== true) this.#onAttempt(endpoint, undefined, undefined)
       const code = errorCode(err)
       const why = describeError(err)
       if (!answered && code !== undefined && UNREACHABLE.has(code)) {
