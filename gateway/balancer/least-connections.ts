@@ -16,7 +16,7 @@
  * - Ties rotate (see `least-load.ts`) from a random start per candidate set, so replicas do not break their first
  *   ties in lock-step.
  */
-import { newScanCursor, pickLeastLoaded, type ScanCursor } from './least-load.ts'
+import { pickLeastLoaded, scanCursorFor, type ScanCursor } from './least-load.ts'
 import { checkedOptions, type BalancerOptionKey } from './options.ts'
 import { type Balancer, type BalancerDeps, type BalancerOptions, type Endpoint, type PickContext } from './types.ts'
 
@@ -37,12 +37,7 @@ export function createLeastConnections (deps: BalancerDeps, options?: BalancerOp
     name: LEAST_CONNECTIONS,
     pick (candidates: readonly Endpoint[], ctx: PickContext): Endpoint | undefined {
       if (candidates.length === 0) return undefined
-      let cursor = cursors.get(candidates)
-      if (cursor === undefined) {
-        // Allocated once per candidate set, not per pick.
-        cursor = newScanCursor(candidates, deps.random)
-        cursors.set(candidates, cursor)
-      }
+      const cursor = scanCursorFor(cursors, candidates, deps.random)
       // No clock read: the load is in-flight alone.
       return pickLeastLoaded(cursor, ctx.exclude, 0, undefined)
     }

@@ -34,6 +34,17 @@ export function newScanCursor (candidates: readonly Endpoint[], random: () => nu
   return { next: Math.floor(random() * candidates.length), list: scanCopy(candidates) }
 }
 
+/** The cursor of `candidates`, created (once per candidate set, not per pick) on first use. */
+export function scanCursorFor (cursors: WeakMap<readonly Endpoint[], ScanCursor>, candidates: readonly Endpoint[],
+  random: () => number): ScanCursor {
+  let cursor = cursors.get(candidates)
+  if (cursor === undefined) {
+    cursor = newScanCursor(candidates, random)
+    cursors.set(candidates, cursor)
+  }
+  return cursor
+}
+
 /**
  * The eligible endpoint of the cursor's set with the least `load / weight`, the first such from `cursor.next` on
  * (wrapping), and moves the cursor past it. Eligible: not in `exclude` and weight > 0.

@@ -27,7 +27,7 @@
  * reports (the herd the EPP README warns of). Each replica's own in-flight rises with every pick, which spreads
  * its own burst at once; across replicas `p2c` sampling is the usual cure, and a queue-aware p2c is a follow-up.
  */
-import { newScanCursor, pickLeastLoaded, type ScanCursor } from './least-load.ts'
+import { pickLeastLoaded, scanCursorFor, type ScanCursor } from './least-load.ts'
 import { checkedOptions, DEFAULT_STALE_AFTER_MS, type BalancerOptionKey } from './options.ts'
 import { type Balancer, type BalancerDeps, type BalancerOptions, type Endpoint, type PickContext } from './types.ts'
 
@@ -49,12 +49,7 @@ export function createLeastQueue (deps: BalancerDeps, options?: BalancerOptions)
     name: LEAST_QUEUE,
     pick (candidates: readonly Endpoint[], ctx: PickContext): Endpoint | undefined {
       if (candidates.length === 0) return undefined
-      let cursor = cursors.get(candidates)
-      if (cursor === undefined) {
-        // Allocated once per candidate set, not per pick.
-        cursor = newScanCursor(candidates, deps.random)
-        cursors.set(candidates, cursor)
-      }
+      const cursor = scanCursorFor(cursors, candidates, deps.random)
       // The clock is read once a pick; the load rule itself is in `least-load.ts`.
       return pickLeastLoaded(cursor, ctx.exclude, deps.now(), staleAfterMs)
     }
