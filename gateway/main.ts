@@ -101,6 +101,17 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
   const app = buildGatewayHttp({ fleet, forwarder, metrics, logger, bodyLimit: settings.max_body_bytes, now: deps.now })
 
   let metricsServer: Server | undefined
+  /**
+   * Releases everything, in order: no more probes or ejection timers; then fastify's close waits for requests in
+   * flight, whose upstream exchanges still need the pools. The same steps serve a failed start and close().
+   */
+  const teardown = async (): Promise<void> => {
+    health.stop()
+    await probeAgent.destroy()
+    await app.close()
+    await pool.close()
+    await closeServer(metricsServer)
+  }
   let httpPort: number
   let metricsPort = -1
   try {
@@ -112,11 +123,7 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
     }
   } catch (err) {
     // One listener bound and the other not (port in use): release what was taken before reporting.
-    health.stop()
-    await probeAgent.destroy()
-    await app.close()
-    await pool.close()
-    await closeServer(metricsServer)
+    await teardown()
     throw err
   }
 
@@ -135,15 +142,7 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
     metricsPort,
     url,
     close () {
-      closing ??= (async () => {
-        // No more probes or ejection timers; then fastify's close waits for requests in flight, whose upstream
-        // exchanges still need the pools.
-        health.stop()
-        await probeAgent.destroy()
-        await app.close()
-        await pool.close()
-        await closeServer(metricsServer)
-      })()
+      closing ??= teardown()
       return closing
     }
   }

@@ -53,6 +53,16 @@ export async function startWorker (options: WorkerOptions): Promise<RunningWorke
   const metrics = new WorkerMetrics(() => repository.pendingRequests())
   const app = buildWorkerHttp({ repository, metrics, logger, bodyLimit: maxBodyBytes, isAccepting: () => accepting })
   let metricsServer: Server | undefined
+  /**
+   * fastify's close waits for in-flight requests (return503OnClosing refuses new ones meanwhile); only then are
+   * the models unloaded (js finalize() included), so nothing that was accepted loses its model mid-way. The same
+   * steps serve a failed start and close().
+   */
+  const teardown = async (): Promise<void> => {
+    await app.close()
+    await repository.unloadAll()
+    await closeServer(metricsServer)
+  }
   let httpPort: number
   let metricsPort = -1
   try {
@@ -63,10 +73,8 @@ export async function startWorker (options: WorkerOptions): Promise<RunningWorke
       metricsPort = await listenServer(metricsServer, host, wantedMetricsPort)
     }
   } catch (err) {
-    // A port in use: release the other listener and the loaded models (js finalize() included) before reporting.
-    await app.close()
-    await closeServer(metricsServer)
-    await repository.unloadAll()
+    // A port in use: release the other listener and the loaded models before reporting.
+    await teardown()
     throw err
   }
   const url = originOf(host, httpPort)
@@ -81,11 +89,7 @@ export async function startWorker (options: WorkerOptions): Promise<RunningWorke
     close () {
       closing ??= (async () => {
         accepting = false
-        // fastify's close waits for in-flight requests (return503OnClosing refuses new ones meanwhile); only
-        // then are the models unloaded, so nothing that was accepted loses its model mid-way.
-        await app.close()
-        await repository.unloadAll()
-        await closeServer(metricsServer)
+        await teardown()
       })()
       return closing
     }
