@@ -1,7 +1,17 @@
 /**
- * The fleet file: which inference servers exist, which models each serves, how traffic is balanced, and the
- * gateway's own listeners and limits. The seed format (`model_repository`, `inference_servers[] {name, host, port,
- * models}`, `load_balancer {type, servers}`) loads unchanged; everything else is an optional extension.
+ * The fleet file: which inference servers exist, which models each serves, how traffic is balanced (for the whole
+ * fleet and per model), how requests are retried, and the gateway's own listeners and limits. The seed format
+ * (`model_repository`, `inference_servers[] {name, host, port, models}`, `load_balancer {type, servers}`) loads
+ * unchanged; everything else is an optional extension:
+ *
+ * - `inference_servers[]`: `weight`, `protocol`, `labels`, `versions`, `max_in_flight`
+ * - `load_balancer`: `panic_threshold_percent`, `options` (strategy tuning), `hash_header` (consistent_hash only)
+ * - `models.<name>`: a per-model `load_balancer`, `request_timeout_ms` and `max_retries`
+ * - `retries`, `health_check`, `outlier_detection`, `gateway`: sections with every key defaulted
+ *
+ * Absent sections and keys are filled in with their defaults, except the few whose absence means something
+ * (`versions`: every version; `max_in_flight`: the gateway-wide cap; `options`, `hash_header`: the strategy's own
+ * defaults; `servers`: every server), which stay absent.
  *
  * The schema below is the single definition of the format: the TypeScript types are derived from it. The file is
  * validated once, here, and every problem found is reported at once, each with `file:line:col` and the key path, so
@@ -11,9 +21,10 @@
 import { readFileSync } from 'node:fs'
 import { isMap, isScalar, isSeq, LineCounter, parseDocument, type Node } from 'yaml'
 import { createError, wrapError } from '../../common/errors.ts'
+import { type BalancerOptions } from '../balancer/types.ts'
 import {
-  INVALID, SchemaContext, boolean, formatProblem, integer, list, object, oneOf, optional, required, string,
-  stringMap, withDefault, type Infer
+  INVALID, SchemaContext, boolean, formatProblem, integer, list, mapOf, number, object, oneOf, optional, required,
+  string, stringMap, withDefault, type Infer
 } from './yaml-schema.ts'
 
 export const DEFAULT_GATEWAY_HOST = '127.0.0.1'
@@ -22,6 +33,14 @@ export const DEFAULT_METRICS_PORT = 8002
 /** 64 MiB: room for a batch of large image tensors in JSON, while still bounding what one request can pin. */
 export const DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 export const DEFAULT_REQUEST_TIMEOUT_MS = 60_000
+/** 16 KiB, Node's own `--max-http-header-size` default: enough for bearer tokens and tracing headers. */
+export const DEFAULT_MAX_HEADER_BYTES = 16 * 1024
+/** 0: no cap on the requests in flight to one server unless the file sets one. */
+export const DEFAULT_MAX_IN_FLIGHT_PER_SERVER = 0
+/** Requests allowed to wait for a server under its cap; 0 turns the queue off (503 at once when all are full). */
+export const DEFAULT_MAX_QUEUED_REQUESTS = 1024
+/** How long a queued request waits for a free slot before it is answered 503. */
+export const DEFAULT_QUEUE_TIMEOUT_MS = 5000
 export const DEFAULT_SERVER_WEIGHT = 1
 export const MAX_SERVER_WEIGHT = 1000
 /** The `gateway` section when the file has none. */
@@ -30,7 +49,24 @@ export const DEFAULT_GATEWAY_SETTINGS = Object.freeze({
   http_port: DEFAULT_HTTP_PORT,
   metrics_port: DEFAULT_METRICS_PORT,
   max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-  request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS
+  request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
+  max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
+  max_in_flight_per_server: DEFAULT_MAX_IN_FLIGHT_PER_SERVER,
+  max_queued_requests: DEFAULT_MAX_QUEUED_REQUESTS,
+  queue_timeout_ms: DEFAULT_QUEUE_TIMEOUT_MS
+})
+/**
+ * The `retries` section when the file has none. The budget follows Envoy's retry budget (`budget_percent` 20,
+ * `min_retry_concurrency` 3): retries may add at most that share of the requests in flight, but a quiet gateway may
+ * always retry a few, so a brown-out is not made worse by a retry storm. The backoff is Envoy's (25 ms base, 10x cap),
+ * with jitter applied by the consumer.
+ */
+export const DEFAULT_RETRY_SETTINGS = Object.freeze({
+  max_retries: 2,
+  budget_percent: 20,
+  min_concurrent: 3,
+  backoff_base_ms: 25,
+  backoff_max_ms: 250
 })
 /** The `health_check` section when the file has none: HAProxy's defaults (inter 2 s, rise 2, fall 3), 1 s timeout. */
 export const DEFAULT_HEALTH_CHECK_SETTINGS = Object.freeze({
@@ -55,6 +91,14 @@ export const DEFAULT_PANIC_THRESHOLD_PERCENT = 50
 const MAX_TIMER_MS = 2 ** 31 - 1
 /** Buffers above this size are not possible on every platform Node supports. */
 const MAX_BODY_LIMIT = 2 ** 31 - 1
+/** More retries than this only multiply load on a fleet that is already failing. */
+const MAX_RETRIES = 10
+/** A retry that waits longer than a minute has outlived any caller still waiting for it. */
+const MAX_BACKOFF_MS = 60_000
+/** Caps on counts of requests; far above what one gateway process can hold, so only typos are refused. */
+const MAX_REQUEST_COUNT = 1_000_000
+/** The strategy names (with the registry's kebab-case alias) that hash a request key, so `hash_header` means something. */
+const HASH_STRATEGIES: readonly string[] = ['consistent_hash', 'consistent-hash']
 
 /** What {@link parseFleetConfig} and {@link loadFleetFile} need from the rest of the gateway. */
 export interface FleetConfigOptions {
@@ -62,6 +106,17 @@ export interface FleetConfigOptions {
   isKnownStrategy (name: string): boolean
   /** The registered strategy names, listed in the message when `load_balancer.type` is unknown. */
   knownStrategies?: readonly string[]
+  /**
+   * The problems with a strategy's `options` that depend on the strategy, such as an option it does not take (the
+   * gateway passes `validateBalancerOptions` from `gateway/balancer/registry.ts`). Called once per `options`
+   * mapping whose values and `type` are valid, with the options in camelCase ({@link toBalancerOptions}); each
+   * message is reported at that `options` mapping. Left out, only the values' own ranges are checked.
+   *
+   * @param type the strategy name as written (a known strategy or alias)
+   * @param options the options, camelCase, as {@link BalancerOptions}
+   * @returns one message per problem; empty when the options fit the strategy
+   */
+  strategyOptionProblems?(type: string, options: Record<string, unknown>): string[]
 }
 
 /** Options for {@link parseFleetConfig}. */
@@ -87,6 +142,77 @@ const SERVER_NAME = {
 // A model name is one URL path segment (/v2/models/<name>/...), as in Triton, where it is a directory name.
 const MODEL_NAME = { regex: /^[^/\s]+$/, hint: 'model names cannot contain slashes or whitespace' }
 
+// RFC 9110 section 5.1: a field name is a token. Anything else could never arrive on a request, so it is a typo.
+const HEADER_NAME = {
+  regex: /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/,
+  hint: 'an HTTP header name is letters, digits and !#$%&\'*+-.^_`|~ only (no spaces or colons)'
+}
+
+/**
+ * The YAML spelling of each {@link BalancerOptions} key. Keyed by the camelCase name so the compiler insists on an
+ * entry for every option the balancers take.
+ */
+const YAML_OPTION_NAMES: { readonly [K in keyof BalancerOptions]-?: keyof StrategyOptionsConfig } = {
+  hashBalanceFactor: 'hash_balance_factor',
+  staleAfterMs: 'stale_after_ms',
+  choices: 'choices'
+}
+const CAMEL_OPTION_NAME = new RegExp(`\\b(${Object.keys(YAML_OPTION_NAMES).join('|')})\\b`, 'g')
+
+/**
+ * `load_balancer.options` and `models.<name>.load_balancer.options`. Each strategy takes only some of these
+ * (`FleetConfigOptions.strategyOptionProblems` says which); the ranges here are those of every strategy.
+ */
+const strategyOptions = object({
+  // 0 turns bounded load off; below 1 would cap every endpoint under the average, which no ring can satisfy.
+  hash_balance_factor: optional(number(1, Infinity, { alsoAllowed: [0] })),
+  stale_after_ms: optional(integer(0, Number.MAX_SAFE_INTEGER)),
+  // Past a few dozen samples, power-of-choices is a full least-request scan with extra steps.
+  choices: optional(integer(2, 64))
+})
+
+/**
+ * Converts a validated `options` mapping to what balancer factories take.
+ *
+ * @param options `load_balancer.options` or a model's, as normalised (snake_case); `undefined` when absent
+ * @returns the same options in camelCase, frozen; `{}` for `undefined`
+ */
+export function toBalancerOptions (options: StrategyOptionsConfig | undefined): BalancerOptions {
+  const out: Record<string, number> = {}
+  for (const [camel, snake] of Object.entries(YAML_OPTION_NAMES)) {
+    const value = options?.[snake]
+    if (value !== undefined) out[camel] = value
+  }
+  return Object.freeze(out) as BalancerOptions
+}
+
+/**
+ * The rules a balancer mapping has between its keys, for the fleet-wide one and each model's. Both need a valid
+ * `type`: an unknown strategy is already reported, and cannot say which options or keys it takes.
+ */
+function balancerRules (options: FleetConfigOptions) {
+  return (
+    value: { readonly type?: string, readonly options?: StrategyOptionsConfig, readonly hash_header?: string },
+    report: (key: 'options' | 'hash_header', message: string) => void,
+    path: string
+  ): void => {
+    const type = value.type
+    if (type === undefined) return
+    if (value.hash_header !== undefined && !HASH_STRATEGIES.includes(type)) {
+      report('hash_header', `${path}.hash_header applies only to consistent_hash, not to '${type}' ` +
+        '(remove it, or set type: consistent_hash)')
+    }
+    if (value.options !== undefined && options.strategyOptionProblems !== undefined) {
+      const problems = options.strategyOptionProblems(type, { ...toBalancerOptions(value.options) })
+      // The balancers speak camelCase; the reader is editing YAML, so the option names are put back as written there.
+      for (const problem of problems) {
+        report('options', `${path}.options: ` +
+          problem.replace(CAMEL_OPTION_NAME, (name) => YAML_OPTION_NAMES[name as keyof BalancerOptions]))
+      }
+    }
+  }
+}
+
 function fleetSchema (options: FleetConfigOptions) {
   const known = options.knownStrategies
   const strategy = string({
@@ -106,8 +232,13 @@ function fleetSchema (options: FleetConfigOptions) {
     versions: optional(list(integer(0, Number.MAX_SAFE_INTEGER), {
       nonEmpty: 'omit it to serve every version',
       unique: { what: 'version' }
-    }))
+    })),
+    // Absent, not defaulted: the consumer falls back to gateway.max_in_flight_per_server, which may change on reload.
+    max_in_flight: optional(integer(0, MAX_REQUEST_COUNT))
   })
+
+  const hashHeader = string({ pattern: HEADER_NAME, normalize: (name) => name.toLowerCase() })
+  const rules = { check: balancerRules(options) }
 
   const loadBalancer = object({
     type: required(strategy),
@@ -115,7 +246,28 @@ function fleetSchema (options: FleetConfigOptions) {
     servers: optional(list(object({ name: required(string()) }), {
       nonEmpty: 'omit it to send traffic to every inference server',
       unique: { what: 'server', key: 'name' }
-    }))
+    })),
+    options: optional(strategyOptions),
+    hash_header: optional(hashHeader)
+  }, rules)
+
+  // A model's own strategy over the same servers: which servers take traffic and when to panic stay fleet-wide.
+  const modelPolicy = object({
+    load_balancer: optional(object({
+      type: required(strategy),
+      options: optional(strategyOptions),
+      hash_header: optional(hashHeader)
+    }, rules)),
+    request_timeout_ms: optional(integer(1, MAX_TIMER_MS)),
+    max_retries: optional(integer(0, MAX_RETRIES))
+  })
+
+  const retries = object({
+    max_retries: withDefault(integer(0, MAX_RETRIES), DEFAULT_RETRY_SETTINGS.max_retries),
+    budget_percent: withDefault(integer(0, 100), DEFAULT_RETRY_SETTINGS.budget_percent),
+    min_concurrent: withDefault(integer(0, 100_000), DEFAULT_RETRY_SETTINGS.min_concurrent),
+    backoff_base_ms: withDefault(integer(0, MAX_BACKOFF_MS), DEFAULT_RETRY_SETTINGS.backoff_base_ms),
+    backoff_max_ms: withDefault(integer(0, MAX_BACKOFF_MS), DEFAULT_RETRY_SETTINGS.backoff_max_ms)
   })
 
   const gateway = object({
@@ -123,7 +275,12 @@ function fleetSchema (options: FleetConfigOptions) {
     http_port: withDefault(integer(0, 65535), DEFAULT_HTTP_PORT),
     metrics_port: withDefault(integer(0, 65535), DEFAULT_METRICS_PORT),
     max_body_bytes: withDefault(integer(1, MAX_BODY_LIMIT), DEFAULT_MAX_BODY_BYTES),
-    request_timeout_ms: withDefault(integer(1, MAX_TIMER_MS), DEFAULT_REQUEST_TIMEOUT_MS)
+    request_timeout_ms: withDefault(integer(1, MAX_TIMER_MS), DEFAULT_REQUEST_TIMEOUT_MS),
+    // Below 1 KiB a browser's ordinary headers would be refused; above 1 MiB, headers are a memory attack.
+    max_header_bytes: withDefault(integer(1024, 1024 * 1024), DEFAULT_MAX_HEADER_BYTES),
+    max_in_flight_per_server: withDefault(integer(0, MAX_REQUEST_COUNT), DEFAULT_MAX_IN_FLIGHT_PER_SERVER),
+    max_queued_requests: withDefault(integer(0, MAX_REQUEST_COUNT), DEFAULT_MAX_QUEUED_REQUESTS),
+    queue_timeout_ms: withDefault(integer(1, MAX_TIMER_MS), DEFAULT_QUEUE_TIMEOUT_MS)
   })
 
   const healthCheck = object({
@@ -150,6 +307,12 @@ function fleetSchema (options: FleetConfigOptions) {
       unique: { what: 'server name', key: 'name' }
     })),
     load_balancer: required(loadBalancer),
+    // Defaulted to {} so consumers look a model up without first asking whether the section exists.
+    models: withDefault(mapOf(modelPolicy, {
+      key: MODEL_NAME,
+      expected: 'a mapping of model names to per-model settings'
+    }), Object.freeze({})),
+    retries: withDefault(retries, DEFAULT_RETRY_SETTINGS),
     health_check: withDefault(healthCheck, DEFAULT_HEALTH_CHECK_SETTINGS),
     outlier_detection: withDefault(outlierDetection, DEFAULT_OUTLIER_DETECTION_SETTINGS),
     gateway: withDefault(gateway, DEFAULT_GATEWAY_SETTINGS)
@@ -160,8 +323,23 @@ function fleetSchema (options: FleetConfigOptions) {
 export type FleetConfig = Infer<ReturnType<typeof fleetSchema>>
 /** One entry of `inference_servers`. `versions` absent means the server serves every version. */
 export type InferenceServerConfig = FleetConfig['inference_servers'][number]
-/** The `load_balancer` section. `servers` absent means every inference server takes traffic. */
+/**
+ * The `load_balancer` section. `servers` absent means every inference server takes traffic; `options` absent means
+ * the strategy's defaults; `hash_header` (lower case, consistent_hash only) absent means the strategy's own key.
+ */
 export type LoadBalancerConfig = FleetConfig['load_balancer']
+/**
+ * A strategy's `options` as written (snake_case keys, each present only when set); {@link toBalancerOptions}
+ * converts it for the balancer factories.
+ */
+export type StrategyOptionsConfig = Infer<typeof strategyOptions>
+/**
+ * One entry of `models`: what differs for that model. An absent key means the fleet-wide setting
+ * (`load_balancer`, `gateway.request_timeout_ms`, `retries.max_retries`).
+ */
+export type ModelPolicyConfig = FleetConfig['models'][string]
+/** The `retries` section, with defaults filled in. */
+export type RetryConfig = FleetConfig['retries']
 /** The `gateway` section (listeners and limits), with defaults filled in. */
 export type GatewaySettings = FleetConfig['gateway']
 /** The `health_check` section (active checks), with defaults filled in. */
@@ -261,6 +439,41 @@ function crossCheck (root: Node | null, ctx: SchemaContext): void {
   if (base !== undefined && max !== undefined && max < base) {
     ctx.report(maxNode ?? baseNode, null,
       `outlier_detection.max_ejection_time_ms (${max}) must be at least base_ejection_time_ms (${base})`)
+  }
+
+  const retries = ctx.resolve(childOf(root, 'retries', ctx))
+  const backoffBaseNode = childOf(retries, 'backoff_base_ms', ctx)
+  const backoffMaxNode = childOf(retries, 'backoff_max_ms', ctx)
+  const backoffBase = integerOfOr(backoffBaseNode, DEFAULT_RETRY_SETTINGS.backoff_base_ms)
+  const backoffMax = integerOfOr(backoffMaxNode, DEFAULT_RETRY_SETTINGS.backoff_max_ms)
+  // Out-of-range values are already reported; comparing them would only add a second message about the same typo.
+  if (backoffBase !== undefined && backoffMax !== undefined && backoffMax < backoffBase &&
+    backoffBase <= MAX_BACKOFF_MS && backoffMax >= 0) {
+    ctx.report(backoffMaxNode ?? backoffBaseNode, null,
+      `retries.backoff_max_ms (${backoffMax}) must be at least backoff_base_ms (${backoffBase})`)
+  }
+
+  // A policy for a model no server lists would never apply; almost always a misspelt model name.
+  const models = ctx.resolve(childOf(root, 'models', ctx))
+  if (isSeq(servers) && isMap(models)) {
+    const known: string[] = []
+    for (const item of servers.items) {
+      const served = ctx.resolve(childOf(ctx.resolve(item), 'models', ctx))
+      if (!isSeq(served)) continue
+      for (const model of served.items) {
+        const name = ctx.resolve(model)
+        if (isScalar(name) && typeof name.value === 'string' && !known.includes(name.value)) known.push(name.value)
+      }
+    }
+    for (const pair of models.items) {
+      const key = ctx.resolve(pair.key)
+      // Keys that are not valid model names are already reported by the schema.
+      if (!isScalar(key) || typeof key.value !== 'string' || !MODEL_NAME.regex.test(key.value)) continue
+      if (!known.includes(key.value)) {
+        ctx.report(key, null, `models.${key.value} is not served by any inference server, so its settings would ` +
+          `never apply (${known.length === 0 ? 'no server lists a valid model' : `known models: ${known.join(', ')}`})`)
+      }
+    }
   }
 }
 

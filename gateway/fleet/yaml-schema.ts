@@ -7,7 +7,8 @@
  * Why not TypeBox or JSON Schema: their error paths carry no source positions, and turning "additionalProperties"
  * failures into "unknown key 'wieght' (allowed: …)" at the right line needs the same walk over the YAML nodes anyway.
  * The language only covers what config files need: mappings with required, optional and defaulted keys (unknown keys
- * are always errors), lists, strings, integers, closed sets of words and string maps.
+ * are always errors) and rules between those keys, mappings with free-form keys, lists, strings, integers, finite
+ * numbers and closed sets of words.
  *
  * Validation never stops at the first problem: every problem is recorded on the {@link SchemaContext} and the
  * caller reports them all at once. A value with any problem inside it reads as {@link INVALID}. Values that pass
@@ -130,6 +131,11 @@ export interface StringOptions {
   readonly pattern?: { readonly regex: RegExp, readonly hint: string }
   /** A further rule; returns the problem (without the path) or `undefined`. */
   readonly check?: (value: string) => string | undefined
+  /**
+   * Rewrites a value that passed every check into its canonical spelling (HTTP header names to lower case, say), so
+   * consumers compare values without normalising them again.
+   */
+  readonly normalize?: (value: string) => string
 }
 
 /** A non-empty string (whitespace-only counts as empty). Numbers and booleans are not strings: quote them. */
@@ -159,7 +165,7 @@ export function string (options: StringOptions = {}): Spec<string> {
         ctx.report(node, at, `${path} ${problem}`)
         return INVALID
       }
-      return value
+      return options.normalize === undefined ? value : options.normalize(value)
     }
   }
 }
@@ -172,6 +178,36 @@ export function integer (min: number, max: number): Spec<number> {
     read (node, path, ctx, at) {
       if (!isScalar(node) || typeof node.value !== 'number' || !Number.isInteger(node.value) ||
         node.value < min || node.value > max) {
+        ctx.report(node, at, mustBe(path, expected, node))
+        return INVALID
+      }
+      return node.value
+    }
+  }
+}
+
+/** Options for {@link number}. */
+export interface NumberOptions {
+  /**
+   * Values accepted outside `min..max`: a switch-off value such as 0 next to a range that starts at 1. They are
+   * listed first in messages ("0 or a number >= 1").
+   */
+  readonly alsoAllowed?: readonly number[]
+}
+
+/**
+ * A finite number (integers included) in `min..max` inclusive; `max` may be `Infinity` for "no upper bound".
+ * `.inf` and `.nan` are refused: no setting in these files means "forever" by being infinite, so they are mistakes.
+ */
+export function number (min: number, max: number, options: NumberOptions = {}): Spec<number> {
+  const also = options.alsoAllowed ?? []
+  const range = Number.isFinite(max) ? `a number in ${min}..${max}` : `a number >= ${min}`
+  const expected = also.length === 0 ? range : `${also.join(', ')} or ${range}`
+  return {
+    expected,
+    read (node, path, ctx, at) {
+      if (!isScalar(node) || typeof node.value !== 'number' || !Number.isFinite(node.value) ||
+        !(also.includes(node.value) || (node.value >= min && node.value <= max))) {
         ctx.report(node, at, mustBe(path, expected, node))
         return INVALID
       }
@@ -277,9 +313,21 @@ export function list<T> (item: Spec<T>, options: ListOptions = {}): Spec<readonl
   }
 }
 
-/** A mapping of non-empty string keys to string values (numbers must be quoted, so nothing is coerced silently). */
-export function stringMap (): Spec<Readonly<Record<string, string>>> {
-  const expected = 'a mapping of strings to strings'
+/** Options for {@link mapOf}. */
+export interface MapOfOptions {
+  /** Checked after the non-empty check on each key; `hint` says what is allowed when it fails. */
+  readonly key?: { readonly regex: RegExp, readonly hint: string }
+  /** What a valid mapping is, for "must be X" messages; `a mapping of names to <value> values` when left out. */
+  readonly expected?: string
+}
+
+/**
+ * A mapping whose keys are chosen by the file's author (labels, model names) and whose values all satisfy `value`.
+ * Keys must be non-empty strings: a number or boolean key is refused rather than turned into text, as values are.
+ * Duplicate keys are problems pointing at the second one. The result keeps the file's key order.
+ */
+export function mapOf<T> (value: Spec<T>, options: MapOfOptions = {}): Spec<Readonly<Record<string, T>>> {
+  const expected = options.expected ?? `a mapping of names to ${value.expected.replace(/^an? /, '')} values`
   return {
     expected,
     read (node, path, ctx, at) {
@@ -287,7 +335,7 @@ export function stringMap (): Spec<Readonly<Record<string, string>>> {
         ctx.report(node, at, mustBe(path, expected, node))
         return INVALID
       }
-      const out: Record<string, string> = {}
+      const out: Record<string, T> = {}
       let ok = true
       const seen = new Map<string, Node>()
       for (const pair of node.items) {
@@ -305,21 +353,48 @@ export function stringMap (): Spec<Readonly<Record<string, string>>> {
           continue
         }
         seen.set(key, keyNode)
-        const valueNode = ctx.resolve(pair.value)
-        if (!isScalar(valueNode) || typeof valueNode.value !== 'string') {
-          const hint = isScalar(valueNode) && (typeof valueNode.value === 'number' || typeof valueNode.value === 'boolean')
-            ? ' (put it in quotes to make it a string)'
-            : ''
-          ctx.report(valueNode, keyNode, mustBe(`${path}.${key}`, 'a string', valueNode) + hint)
+        if (options.key !== undefined && !options.key.regex.test(key)) {
+          ctx.report(keyNode, null, `${path} key '${key}' is not allowed: ${options.key.hint}`)
           ok = false
           continue
         }
-        // defineProperty, not assignment: a label named `__proto__` must stay an ordinary key.
-        Object.defineProperty(out, key, { value: valueNode.value, enumerable: true, writable: true, configurable: true })
+        const item = value.read(ctx.resolve(pair.value), `${path}.${key}`, ctx, keyNode)
+        if (item === INVALID) {
+          ok = false
+          continue
+        }
+        // defineProperty, not assignment: a key named `__proto__` must stay an ordinary key.
+        Object.defineProperty(out, key, { value: item, enumerable: true, writable: true, configurable: true })
       }
       return ok ? Object.freeze(out) : INVALID
     }
   }
+}
+
+/**
+ * Any string, the empty one included (a label may be set to nothing). Numbers and booleans are refused with a hint
+ * to quote them, so `rack: 4` does not silently become `'4'`.
+ */
+function anyString (): Spec<string> {
+  const expected = 'a string'
+  return {
+    expected,
+    read (node, path, ctx, at) {
+      if (!isScalar(node) || typeof node.value !== 'string') {
+        const hint = isScalar(node) && (typeof node.value === 'number' || typeof node.value === 'boolean')
+          ? ' (put it in quotes to make it a string)'
+          : ''
+        ctx.report(node, at, mustBe(path, expected, node) + hint)
+        return INVALID
+      }
+      return node.value
+    }
+  }
+}
+
+/** A mapping of non-empty string keys to string values (numbers must be quoted, so nothing is coerced silently). */
+export function stringMap (): Spec<Readonly<Record<string, string>>> {
+  return mapOf(anyString(), { expected: 'a mapping of strings to strings' })
 }
 
 /** A key that must be present. */
@@ -338,7 +413,8 @@ export function optional<T> (spec: Spec<T>): OptionalProp<T> {
   return { kind: 'optional', spec }
 }
 
-export function withDefault<T> (spec: Spec<T>, value: T): DefaultProp<T> {
+/** `NoInfer`: the type comes from the spec alone, so a default of `{}` does not narrow a mapping's type to `{}`. */
+export function withDefault<T> (spec: Spec<T>, value: NoInfer<T>): DefaultProp<T> {
   return { kind: 'default', spec, value }
 }
 
@@ -353,11 +429,27 @@ export type ObjectOf<P extends Props> = Simplify<
   { readonly [K in PresentKeys<P>]: PropValue<P[K]> } & { readonly [K in AbsentKeys<P>]?: PropValue<P[K]> }
 >
 
+/** Options for {@link object}. */
+export interface ObjectOptions<P extends Props> {
+  /**
+   * Rules between keys ("`hash_header` only with a hashing `type`"), run once the keys have been read. `value` holds
+   * the keys that are valid (defaults filled in) and lacks the ones that are absent or invalid, so a rule between two
+   * keys is still checked when a third key is wrong, and every problem is reported in one round.
+   *
+   * @param value the valid keys
+   * @param report records `message` (which should start with the key's path) at `key`'s value, or at the key when
+   *   the value has no text, or at the mapping for a key that took its default; the object is then invalid
+   * @param path the mapping's own path, to build messages with
+   */
+  readonly check?: (value: Partial<ObjectOf<P>>, report: (key: keyof P & string, message: string) => void,
+    path: string) => void
+}
+
 /**
  * A mapping with exactly the keys in `props` (in that order in the result). Unknown keys, duplicate keys and
  * missing required keys are problems, each pointing at the key concerned.
  */
-export function object<const P extends Props> (props: P): Spec<ObjectOf<P>> {
+export function object<const P extends Props> (props: P, options: ObjectOptions<P> = {}): Spec<ObjectOf<P>> {
   const names = Object.keys(props)
   const allowed = names.join(', ')
   return {
@@ -408,6 +500,14 @@ export function object<const P extends Props> (props: P): Spec<ObjectOf<P>> {
         const value = prop.spec.read(entry.value, path === '' ? name : `${path}.${name}`, ctx, entry.key)
         if (value === INVALID) ok = false
         else out[name] = value
+      }
+      if (options.check !== undefined) {
+        options.check(out as Partial<ObjectOf<P>>, (key, message) => {
+          const entry = found.get(key)
+          if (entry === undefined) ctx.report(node, at, message)
+          else ctx.report(entry.value, entry.key, message)
+          ok = false
+        }, path)
       }
       return ok ? Object.freeze(out) as ObjectOf<P> : INVALID
     }

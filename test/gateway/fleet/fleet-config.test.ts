@@ -1,13 +1,17 @@
 import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
-import { balancerNames, hasBalancer } from '../../../gateway/balancer/registry.ts'
-import { loadFleetFile, parseFleetConfig, type FleetConfig } from '../../../gateway/fleet/fleet-config.ts'
+import { balancerNames, hasBalancer, validateBalancerOptions } from '../../../gateway/balancer/registry.ts'
+import {
+  DEFAULT_GATEWAY_SETTINGS, DEFAULT_RETRY_SETTINGS, loadFleetFile, parseFleetConfig, toBalancerOptions, type FleetConfig,
+  type ModelPolicyConfig, type RetryConfig, type StrategyOptionsConfig
+} from '../../../gateway/fleet/fleet-config.ts'
 
 // CI runs in a fresh clone with shared/ beside it (`<clone>/../shared`): test/gateway/fleet/ → four levels up.
 const SEED = fileURLToPath(new URL('../../../../shared/fixtures/triton_config.yaml', import.meta.url))
 const FIXTURES = fileURLToPath(new URL('../../fixtures/fleets/', import.meta.url))
 
-const options = { isKnownStrategy: hasBalancer, knownStrategies: balancerNames() }
+// What the gateway passes: strategy-dependent option checks included.
+const options = { isKnownStrategy: hasBalancer, knownStrategies: balancerNames(), strategyOptionProblems: validateBalancerOptions }
 
 function parse (text: string): FleetConfig {
   return parseFleetConfig(text, { file: 'fleet.yaml', ...options })
@@ -40,7 +44,23 @@ load_balancer:
   type: round_robin
 `
 
-const TOP = 'model_repository, inference_servers, load_balancer, health_check, outlier_detection, gateway'
+const TOP = 'model_repository, inference_servers, load_balancer, models, retries, health_check, outlier_detection, gateway'
+const SERVER_KEYS = 'name, host, port, models, weight, protocol, labels, versions, max_in_flight'
+const GATEWAY_KEYS = 'host, http_port, metrics_port, max_body_bytes, request_timeout_ms, max_header_bytes, ' +
+  'max_in_flight_per_server, max_queued_requests, queue_timeout_ms'
+/** The normalised `gateway` section of a file that has none. */
+const GATEWAY_DEFAULTS = {
+  host: '127.0.0.1',
+  http_port: 8000,
+  metrics_port: 8002,
+  max_body_bytes: 67108864,
+  request_timeout_ms: 60000,
+  max_header_bytes: 16384,
+  max_in_flight_per_server: 0,
+  max_queued_requests: 1024,
+  queue_timeout_ms: 5000
+}
+const RETRY_DEFAULTS = { max_retries: 2, budget_percent: 20, min_concurrent: 3, backoff_base_ms: 25, backoff_max_ms: 250 }
 
 t.test('the seed fleet file loads unchanged', async (t) => {
   const config = loadFleetFile(SEED, options)
@@ -71,17 +91,17 @@ t.test('the seed fleet file loads unchanged', async (t) => {
       panic_threshold_percent: 50,
       servers: [{ name: 'image-classifier-server-1' }, { name: 'image-classifier-server-2' }]
     },
+    models: {},
+    retries: RETRY_DEFAULTS,
     health_check: { enabled: true, interval_ms: 2000, timeout_ms: 1000, jitter_percent: 10, healthy_threshold: 2, unhealthy_threshold: 3 },
     outlier_detection: { enabled: true, consecutive_failures: 5, base_ejection_time_ms: 30000, max_ejection_time_ms: 300000, max_ejection_percent: 10 },
-    gateway: {
-      host: '127.0.0.1',
-      http_port: 8000,
-      metrics_port: 8002,
-      max_body_bytes: 67108864,
-      request_timeout_ms: 60000
-    }
+    gateway: GATEWAY_DEFAULTS
   })
-  t.strictSame(Object.keys(config), ['model_repository', 'inference_servers', 'load_balancer', 'health_check', 'outlier_detection', 'gateway'])
+  t.strictSame(Object.keys(config), TOP.split(', '))
+  t.strictSame(DEFAULT_GATEWAY_SETTINGS, GATEWAY_DEFAULTS)
+  t.strictSame(DEFAULT_RETRY_SETTINGS, RETRY_DEFAULTS)
+  t.notOk('max_in_flight' in (config.inference_servers[0] ?? {}), 'max_in_flight stays absent: the consumer applies the default')
+  t.notOk('options' in config.load_balancer || 'hash_header' in config.load_balancer, 'options and hash_header stay absent')
   t.ok(isDeepFrozen(config), 'the config is frozen all the way down')
   t.throws(() => { (config.inference_servers[0] as { port: number }).port = 1 }, TypeError)
 })
@@ -104,9 +124,11 @@ t.test('every optional key', async (t) => {
       { name: 'cpu-1', host: 'localhost', port: 9002, models: ['bert'], weight: 0, protocol: 'http', labels: {} }
     ],
     load_balancer: { type: 'round_robin', panic_threshold_percent: 30 },
+    models: {},
+    retries: RETRY_DEFAULTS,
     health_check: { enabled: true, interval_ms: 500, timeout_ms: 200, jitter_percent: 0, healthy_threshold: 1, unhealthy_threshold: 2 },
     outlier_detection: { enabled: false, consecutive_failures: 3, base_ejection_time_ms: 1000, max_ejection_time_ms: 5000, max_ejection_percent: 50 },
-    gateway: { host: '0.0.0.0', http_port: 0, metrics_port: 0, max_body_bytes: 1024, request_timeout_ms: 500 }
+    gateway: { ...GATEWAY_DEFAULTS, host: '0.0.0.0', http_port: 0, metrics_port: 0, max_body_bytes: 1024, request_timeout_ms: 500 }
   })
   t.ok(isDeepFrozen(config))
 })
@@ -126,7 +148,7 @@ load_balancer: { type: round-robin }
 gateway:
   request_timeout_ms: 5
 `)
-  t.strictSame(config.gateway, { host: '127.0.0.1', http_port: 8000, metrics_port: 8002, max_body_bytes: 67108864, request_timeout_ms: 5 })
+  t.strictSame(config.gateway, { ...GATEWAY_DEFAULTS, request_timeout_ms: 5 })
   t.strictSame(config.inference_servers[1]?.models, ['m', 'n'])
   t.equal(config.load_balancer.type, 'round-robin', 'the kebab-case alias is a known strategy too')
 })
@@ -134,7 +156,7 @@ gateway:
 t.test('fixtures: each problem names the file, line, column and key', async (t) => {
   const cases: Array<[string, string[]]> = [
     ['bad-unknown-key.yaml', [
-      "7:5: unknown key 'wieght' in inference_servers[1] (allowed: name, host, port, models, weight, protocol, labels, versions)"
+      `7:5: unknown key 'wieght' in inference_servers[1] (allowed: ${SERVER_KEYS})`
     ]],
     ['bad-syntax.yaml', [
       '6:1: YAML syntax error: Flow sequence in block collection must be sufficiently indented and end with a ]'
@@ -240,7 +262,7 @@ t.test('inline bad fleets', async (t) => {
     ['load_balancer not a mapping', BASE.replace('load_balancer:\n  type: round_robin', 'load_balancer: round_robin'),
       "fleet.yaml:6:16: load_balancer must be a mapping, got 'round_robin' (a string)"],
     ['unknown key in load_balancer', BASE + '  sticky: true\n',
-      "fleet.yaml:8:3: unknown key 'sticky' in load_balancer (allowed: type, panic_threshold_percent, servers)"],
+      "fleet.yaml:8:3: unknown key 'sticky' in load_balancer (allowed: type, panic_threshold_percent, servers, options, hash_header)"],
     ['balancer names an unknown server', BASE + '  servers:\n    - name: b\n',
       "fleet.yaml:9:13: load_balancer.servers[0].name 'b' is not the name of any inference_servers entry (known: a)"],
     ['balancer names a server twice', BASE + '  servers: [{ name: a }, { name: a }]\n',
@@ -258,7 +280,7 @@ t.test('inline bad fleets', async (t) => {
     ['ejection percent over 100', BASE + 'outlier_detection:\n  max_ejection_percent: 150\n',
       'fleet.yaml:9:25: outlier_detection.max_ejection_percent must be an integer in 0..100, got 150'],
     ['unknown key in gateway', BASE + 'gateway:\n  grpc_port: 8001\n',
-      "fleet.yaml:9:3: unknown key 'grpc_port' in gateway (allowed: host, http_port, metrics_port, max_body_bytes, request_timeout_ms)"],
+      `fleet.yaml:9:3: unknown key 'grpc_port' in gateway (allowed: ${GATEWAY_KEYS})`],
     ['gateway port out of range', BASE + 'gateway:\n  http_port: 65536\n',
       'fleet.yaml:9:14: gateway.http_port must be an integer in 0..65535, got 65536'],
     ['zero body limit', BASE + 'gateway:\n  max_body_bytes: 0\n',
@@ -311,6 +333,229 @@ load_balancer:
     'fleet.yaml:3:11: inference_servers[0].host must not be empty',
     'fleet.yaml:4:11: inference_servers[0].port must be an integer in 1..65535, got -1',
     'fleet.yaml:5:13: inference_servers[0].models must not be empty (a server must serve at least one model)',
-    "fleet.yaml:6:5: unknown key 'colour' in inference_servers[0] (allowed: name, host, port, models, weight, protocol, labels, versions)"
+    `fleet.yaml:6:5: unknown key 'colour' in inference_servers[0] (allowed: ${SERVER_KEYS})`
+  ].join('\n'))
+})
+
+t.test('extensions: per-model policies, strategy options, hash_header, retries, queueing and caps', async (t) => {
+  const config = parse(`inference_servers:
+  - { name: a, host: 127.0.0.1, port: 8001, models: [resnet, bert, gpt], max_in_flight: 8 }
+  - { name: b, host: 127.0.0.1, port: 8002, models: [bert], max_in_flight: 0 }
+load_balancer:
+  type: consistent_hash
+  options: { hash_balance_factor: 1.5 }
+  hash_header: X-Session-ID
+models:
+  resnet:
+    load_balancer:
+      type: p2c
+      options: { choices: 3 }
+    request_timeout_ms: 120000
+    max_retries: 0
+  bert:
+    load_balancer: { type: consistent-hash, hash_header: x-user, options: { hash_balance_factor: 0 } }
+  gpt: {}
+retries:
+  max_retries: 10
+  budget_percent: 0
+  min_concurrent: 100000
+  backoff_base_ms: 0
+  backoff_max_ms: 0
+gateway:
+  max_header_bytes: 1024
+  max_in_flight_per_server: 64
+  max_queued_requests: 0
+  queue_timeout_ms: 1
+`)
+  t.strictSame(config.load_balancer, {
+    type: 'consistent_hash',
+    panic_threshold_percent: 50,
+    options: { hash_balance_factor: 1.5 },
+    hash_header: 'x-session-id'
+  }, 'hash_header is lower-cased; options keep their YAML spelling')
+  const resnet: ModelPolicyConfig | undefined = config.models['resnet']
+  t.strictSame(resnet, { load_balancer: { type: 'p2c', options: { choices: 3 } }, request_timeout_ms: 120000, max_retries: 0 })
+  t.strictSame(config.models['bert'], { load_balancer: { type: 'consistent-hash', options: { hash_balance_factor: 0 }, hash_header: 'x-user' } })
+  t.strictSame(config.models['gpt'], {}, 'an empty policy is allowed: every setting is the fleet-wide one')
+  t.strictSame(Object.keys(config.models), ['resnet', 'bert', 'gpt'], 'models keep the file order')
+  const retries: RetryConfig = config.retries
+  t.strictSame(retries, { max_retries: 10, budget_percent: 0, min_concurrent: 100000, backoff_base_ms: 0, backoff_max_ms: 0 })
+  t.strictSame(config.gateway, { ...GATEWAY_DEFAULTS, max_header_bytes: 1024, max_in_flight_per_server: 64, max_queued_requests: 0, queue_timeout_ms: 1 })
+  t.equal(config.inference_servers[0]?.max_in_flight, 8)
+  t.equal(config.inference_servers[1]?.max_in_flight, 0, '0 (unlimited) is kept, distinct from absent')
+  t.ok(isDeepFrozen(config))
+})
+
+t.test('retries: a partial section is filled in with the defaults', async (t) => {
+  const config = parse(BASE + 'retries:\n  max_retries: 5\n  backoff_max_ms: 25\n')
+  t.strictSame(config.retries, { ...RETRY_DEFAULTS, max_retries: 5, backoff_max_ms: 25 }, 'max equal to base is fine')
+})
+
+t.test('toBalancerOptions converts the YAML spelling to what balancer factories take', async (t) => {
+  const options: StrategyOptionsConfig = { hash_balance_factor: 1.25, stale_after_ms: 0, choices: 2 }
+  t.strictSame(toBalancerOptions(options), { hashBalanceFactor: 1.25, staleAfterMs: 0, choices: 2 })
+  t.strictSame(toBalancerOptions({ choices: 4 }), { choices: 4 }, 'absent options stay absent')
+  t.strictSame(toBalancerOptions(undefined), {})
+  t.ok(Object.isFrozen(toBalancerOptions({ choices: 4 })))
+  const config = parse(BASE.replace('round_robin', 'least_queue') + '  options: { stale_after_ms: 500 }\n')
+  t.strictSame(toBalancerOptions(config.load_balancer.options), { staleAfterMs: 500 })
+})
+
+t.test('the strategy hook: called with camelCase options, its messages reported at the options mapping', async (t) => {
+  const calls: Array<[string, Record<string, unknown>]> = []
+  const hook = (type: string, opts: Record<string, unknown>): string[] => {
+    calls.push([type, opts])
+    return type === 'p2c' ? [] : ['nope']
+  }
+  const text = BASE.replace('round_robin', 'p2c') + `  options: { choices: 4 }
+models:
+  m:
+    load_balancer:
+      type: random
+      options:
+        stale_after_ms: 7
+`
+  t.throws(() => parseFleetConfig(text, { file: 'f.yaml', isKnownStrategy: hasBalancer, strategyOptionProblems: hook }), {
+    code: 'GW_ERR_FLEET_INVALID',
+    message: 'f.yaml:14:9: models.m.load_balancer.options: nope'
+  })
+  t.strictSame(calls, [['p2c', { choices: 4 }], ['random', { staleAfterMs: 7 }]])
+
+  calls.length = 0
+  parseFleetConfig(BASE, { file: 'f.yaml', isKnownStrategy: hasBalancer, strategyOptionProblems: hook })
+  t.strictSame(calls, [], 'not called without options')
+  const unchecked = parseFleetConfig(BASE + '  options: { choices: 4 }\n', { file: 'f.yaml', isKnownStrategy: hasBalancer })
+  t.strictSame(unchecked.load_balancer.options, { choices: 4 }, 'without the hook only the ranges are checked')
+})
+
+t.test('inline bad extensions', async (t) => {
+  const cases: Array<[string, string, string]> = [
+    // load_balancer.options
+    ['option that does not apply to the strategy', BASE + '  options:\n    choices: 3\n',
+      "fleet.yaml:9:5: load_balancer.options: option 'choices' does not apply to balancing strategy 'round_robin' (it takes none)"],
+    ['option of another strategy, named as in YAML', BASE.replace('round_robin', 'least_queue') + '  options: { hash_balance_factor: 2 }\n',
+      "fleet.yaml:8:12: load_balancer.options: option 'hash_balance_factor' does not apply to balancing strategy 'least_queue' (it takes: stale_after_ms)"],
+    ['options by alias', BASE.replace('round_robin', 'least-queue') + '  options: { choices: 2 }\n',
+      "fleet.yaml:8:12: load_balancer.options: option 'choices' does not apply to balancing strategy 'least_queue' (it takes: stale_after_ms)"],
+    ['too many choices', BASE.replace('round_robin', 'p2c') + '  options: { choices: 65 }\n',
+      'fleet.yaml:8:23: load_balancer.options.choices must be an integer in 2..64, got 65'],
+    ['one choice', BASE.replace('round_robin', 'p2c') + '  options: { choices: 1 }\n',
+      'fleet.yaml:8:23: load_balancer.options.choices must be an integer in 2..64, got 1'],
+    ['balance factor between 0 and 1', BASE.replace('round_robin', 'consistent_hash') + '  options: { hash_balance_factor: 0.5 }\n',
+      'fleet.yaml:8:35: load_balancer.options.hash_balance_factor must be 0 or a number >= 1, got 0.5'],
+    ['infinite balance factor', BASE.replace('round_robin', 'consistent_hash') + '  options: { hash_balance_factor: .inf }\n',
+      'fleet.yaml:8:35: load_balancer.options.hash_balance_factor must be 0 or a number >= 1, got Infinity'],
+    ['balance factor as a string', BASE.replace('round_robin', 'consistent_hash') + '  options: { hash_balance_factor: "1.5" }\n',
+      "fleet.yaml:8:35: load_balancer.options.hash_balance_factor must be 0 or a number >= 1, got '1.5' (a string)"],
+    ['negative stale_after_ms', BASE.replace('round_robin', 'least_queue') + '  options: { stale_after_ms: -1 }\n',
+      'fleet.yaml:8:30: load_balancer.options.stale_after_ms must be an integer >= 0, got -1'],
+    ['unknown option', BASE + '  options: { choice: 2 }\n',
+      "fleet.yaml:8:14: unknown key 'choice' in load_balancer.options (allowed: hash_balance_factor, stale_after_ms, choices)"],
+    ['options not a mapping', BASE + '  options: 2\n', 'fleet.yaml:8:12: load_balancer.options must be a mapping, got 2'],
+    // load_balancer.hash_header
+    ['hash_header with a non-hash strategy', BASE + '  hash_header: x-user\n',
+      "fleet.yaml:8:16: load_balancer.hash_header applies only to consistent_hash, not to 'round_robin' (remove it, or set type: consistent_hash)"],
+    ['hash_header that is not a header name', BASE.replace('round_robin', 'consistent_hash') + '  hash_header: "x-user: 1"\n',
+      "fleet.yaml:8:16: load_balancer.hash_header 'x-user: 1' is not allowed: an HTTP header name is letters, digits and " +
+      "!#$%&'*+-.^_`|~ only (no spaces or colons)"],
+    ['numeric hash_header', BASE.replace('round_robin', 'consistent_hash') + '  hash_header: 5\n',
+      'fleet.yaml:8:16: load_balancer.hash_header must be a non-empty string, got 5 (put it in quotes to make it a string)'],
+    // models
+    ['models not a mapping', BASE + 'models: [m]\n',
+      'fleet.yaml:8:9: models must be a mapping of model names to per-model settings, got a list'],
+    ['a model no server lists', BASE + 'models:\n  resnet: { max_retries: 1 }\n',
+      'fleet.yaml:9:3: models.resnet is not served by any inference server, so its settings would never apply (known models: m)'],
+    ['a model name with a slash', BASE + 'models:\n  a/b: {}\n',
+      "fleet.yaml:9:3: models key 'a/b' is not allowed: model names cannot contain slashes or whitespace"],
+    ['a numeric model name', BASE + 'models:\n  1: {}\n', 'fleet.yaml:9:3: models keys must be non-empty strings, got 1'],
+    ['a model twice', BASE + 'models:\n  m: {}\n  m: {}\n', "fleet.yaml:10:3: duplicate key 'm' in models (first at 9:3)"],
+    ['a model with no settings', BASE + 'models:\n  m:\n', 'fleet.yaml:9:3: models.m must be a mapping, got nothing (null)'],
+    ['unknown key in a model', BASE + 'models:\n  m:\n    timeout_ms: 5\n',
+      "fleet.yaml:10:5: unknown key 'timeout_ms' in models.m (allowed: load_balancer, request_timeout_ms, max_retries)"],
+    ['fleet-wide balancer key in a model', BASE + 'models:\n  m:\n    load_balancer: { type: random, servers: [{ name: a }] }\n',
+      "fleet.yaml:10:36: unknown key 'servers' in models.m.load_balancer (allowed: type, options, hash_header)"],
+    ['model balancer with no type', BASE + 'models:\n  m:\n    load_balancer: { options: { choices: 2 } }\n',
+      "fleet.yaml:10:20: models.m.load_balancer is missing required key 'type'"],
+    ['unknown strategy for a model', BASE + 'models:\n  m:\n    load_balancer: { type: fastest }\n',
+      `fleet.yaml:10:28: models.m.load_balancer.type 'fastest' is not a known balancing strategy (known: ${balancerNames().join(', ')})`],
+    ['model option that does not apply', BASE + 'models:\n  m:\n    load_balancer: { type: p2c, options: { stale_after_ms: 5 } }\n',
+      "fleet.yaml:10:42: models.m.load_balancer.options: option 'stale_after_ms' does not apply to balancing strategy 'p2c' (it takes: choices)"],
+    ['model hash_header with a non-hash strategy', BASE + 'models:\n  m:\n    load_balancer: { type: random, hash_header: x-user }\n',
+      "fleet.yaml:10:49: models.m.load_balancer.hash_header applies only to consistent_hash, not to 'random' (remove it, or set type: consistent_hash)"],
+    ['model timeout 0', BASE + 'models:\n  m:\n    request_timeout_ms: 0\n',
+      'fleet.yaml:10:25: models.m.request_timeout_ms must be an integer in 1..2147483647, got 0'],
+    ['model retries over 10', BASE + 'models:\n  m:\n    max_retries: 11\n',
+      'fleet.yaml:10:18: models.m.max_retries must be an integer in 0..10, got 11'],
+    // retries
+    ['retries not a mapping', BASE + 'retries: 3\n', 'fleet.yaml:8:10: retries must be a mapping, got 3'],
+    ['unknown key in retries', BASE + 'retries:\n  per_try_timeout_ms: 5\n',
+      "fleet.yaml:9:3: unknown key 'per_try_timeout_ms' in retries (allowed: max_retries, budget_percent, min_concurrent, backoff_base_ms, backoff_max_ms)"],
+    ['negative max_retries', BASE + 'retries:\n  max_retries: -1\n',
+      'fleet.yaml:9:16: retries.max_retries must be an integer in 0..10, got -1'],
+    ['budget over 100', BASE + 'retries:\n  budget_percent: 101\n',
+      'fleet.yaml:9:19: retries.budget_percent must be an integer in 0..100, got 101'],
+    ['min_concurrent too large', BASE + 'retries:\n  min_concurrent: 100001\n',
+      'fleet.yaml:9:19: retries.min_concurrent must be an integer in 0..100000, got 100001'],
+    ['backoff base over a minute (and so not compared with max)', BASE + 'retries:\n  backoff_base_ms: 60001\n  backoff_max_ms: 60000\n',
+      'fleet.yaml:9:20: retries.backoff_base_ms must be an integer in 0..60000, got 60001'],
+    ['backoff max below base', BASE + 'retries:\n  backoff_base_ms: 100\n  backoff_max_ms: 50\n',
+      'fleet.yaml:10:19: retries.backoff_max_ms (50) must be at least backoff_base_ms (100)'],
+    ['backoff base above the default max', BASE + 'retries:\n  backoff_base_ms: 300\n',
+      'fleet.yaml:9:20: retries.backoff_max_ms (250) must be at least backoff_base_ms (300)'],
+    // gateway
+    ['header limit below 1 KiB', BASE + 'gateway:\n  max_header_bytes: 512\n',
+      'fleet.yaml:9:21: gateway.max_header_bytes must be an integer in 1024..1048576, got 512'],
+    ['header limit above 1 MiB', BASE + 'gateway:\n  max_header_bytes: 1048577\n',
+      'fleet.yaml:9:21: gateway.max_header_bytes must be an integer in 1024..1048576, got 1048577'],
+    ['negative in-flight cap', BASE + 'gateway:\n  max_in_flight_per_server: -1\n',
+      'fleet.yaml:9:29: gateway.max_in_flight_per_server must be an integer in 0..1000000, got -1'],
+    ['queue too long', BASE + 'gateway:\n  max_queued_requests: 1000001\n',
+      'fleet.yaml:9:24: gateway.max_queued_requests must be an integer in 0..1000000, got 1000001'],
+    ['queue timeout 0', BASE + 'gateway:\n  queue_timeout_ms: 0\n',
+      'fleet.yaml:9:21: gateway.queue_timeout_ms must be an integer in 1..2147483647, got 0'],
+    // inference_servers[].max_in_flight
+    ['fractional server cap', BASE.replace('models: [m]', 'models: [m]\n    max_in_flight: 1.5'),
+      'fleet.yaml:6:20: inference_servers[0].max_in_flight must be an integer in 0..1000000, got 1.5'],
+    ['server cap as a string', BASE.replace('models: [m]', 'models: [m]\n    max_in_flight: "8"'),
+      "fleet.yaml:6:20: inference_servers[0].max_in_flight must be an integer in 0..1000000, got '8' (a string)"]
+  ]
+  for (const [name, text, expected] of cases) {
+    t.equal(problems(t, text), expected, name)
+  }
+})
+
+t.test('problems in the extensions are reported together, and alongside the rest', async (t) => {
+  const message = problems(t, `inference_servers:
+  - name: a
+    host: 127.0.0.1
+    port: 8001
+    models: [resnet]
+    max_in_flight: -3
+load_balancer:
+  type: round_robin
+  panic_threshold_percent: 101
+  options: { choices: 3 }
+  hash_header: x-user
+models:
+  resnet:
+    max_retries: 20
+    load_balancer: { type: p2c, options: { choices: 2, hash_balance_factor: 2 } }
+  resnt: {}
+retries:
+  backoff_base_ms: 500
+  backoff_max_ms: 100
+gateway:
+  queue_timeout_ms: -1
+`)
+  t.equal(message, [
+    'fleet.yaml:6:20: inference_servers[0].max_in_flight must be an integer in 0..1000000, got -3',
+    'fleet.yaml:9:28: load_balancer.panic_threshold_percent must be an integer in 0..100, got 101',
+    "fleet.yaml:10:12: load_balancer.options: option 'choices' does not apply to balancing strategy 'round_robin' (it takes none)",
+    "fleet.yaml:11:16: load_balancer.hash_header applies only to consistent_hash, not to 'round_robin' (remove it, or set type: consistent_hash)",
+    'fleet.yaml:14:18: models.resnet.max_retries must be an integer in 0..10, got 20',
+    "fleet.yaml:15:42: models.resnet.load_balancer.options: option 'hash_balance_factor' does not apply to balancing strategy 'p2c' (it takes: choices)",
+    'fleet.yaml:16:3: models.resnt is not served by any inference server, so its settings would never apply (known models: resnet)',
+    'fleet.yaml:19:19: retries.backoff_max_ms (100) must be at least backoff_base_ms (500)',
+    'fleet.yaml:21:21: gateway.queue_timeout_ms must be an integer in 1..2147483647, got -1'
   ].join('\n'))
 })
