@@ -7,6 +7,7 @@
 import { createError } from '../../common/errors.ts'
 import { CONSISTENT_HASH, CONSISTENT_HASH_OPTION_KEYS, createConsistentHash } from './consistent-hash.ts'
 import { createLeastConnections, LEAST_CONNECTIONS, LEAST_CONNECTIONS_OPTION_KEYS } from './least-connections.ts'
+import { createLeastLatency, LEAST_LATENCY, LEAST_LATENCY_OPTION_KEYS } from './least-latency.ts'
 import { createLeastQueue, LEAST_QUEUE, LEAST_QUEUE_OPTION_KEYS } from './least-queue.ts'
 import { optionProblems, type BalancerOptionKey } from './options.ts'
 import { createP2c, P2C, P2C_OPTION_KEYS } from './p2c.ts'
@@ -28,6 +29,7 @@ const strategies: ReadonlyMap<string, Registration> = new Map<string, Registrati
   [LEAST_CONNECTIONS, { factory: createLeastConnections, optionKeys: LEAST_CONNECTIONS_OPTION_KEYS }],
   [P2C, { factory: createP2c, optionKeys: P2C_OPTION_KEYS }],
   [LEAST_QUEUE, { factory: createLeastQueue, optionKeys: LEAST_QUEUE_OPTION_KEYS }],
+  [LEAST_LATENCY, { factory: createLeastLatency, optionKeys: LEAST_LATENCY_OPTION_KEYS }],
   [RANDOM, { factory: createRandom, optionKeys: RANDOM_OPTION_KEYS }],
   [CONSISTENT_HASH, { factory: createConsistentHash, optionKeys: CONSISTENT_HASH_OPTION_KEYS }]
 ])
@@ -40,6 +42,7 @@ const aliases: ReadonlyMap<string, string> = new Map([
   ['round-robin', ROUND_ROBIN],
   ['least-connections', LEAST_CONNECTIONS],
   ['least-queue', LEAST_QUEUE],
+  ['least-latency', LEAST_LATENCY],
   ['consistent-hash', CONSISTENT_HASH]
 ])
 

@@ -15,7 +15,10 @@ import { type FleetConfig, type InferenceServerConfig } from './fleet-config.ts'
 import { type Endpoint } from './types.ts'
 
 /** What the fleet needs to know about a server (an `inference_servers` entry, or one found by discovery). */
-export type FleetServer = Pick<InferenceServerConfig, 'name' | 'host' | 'port' | 'models' | 'weight' | 'labels' | 'versions'>
+export type FleetServer = Pick<InferenceServerConfig, 'name' | 'host' | 'port' | 'models' | 'weight' | 'labels' | 'versions'> & {
+  /** The server's in-flight limit; absent: the fleet's default (`gateway.max_in_flight_per_server`). */
+  readonly max_in_flight?: number | undefined
+}
 
 /** Candidate lists for one model. */
 interface ModelRoute {
@@ -35,6 +38,8 @@ export interface FleetOptions {
   usable?: (endpoint: Endpoint, model: string) => boolean
   /** Below this share of usable endpoints, a model's requests go to all of them (0 turns panic off). */
   panicThresholdPercent?: number
+  /** The in-flight limit of servers that set none (`gateway.max_in_flight_per_server`); 0, the default, is none. */
+  defaultMaxInFlight?: number
 }
 
 /** The servers of `config` that take traffic: all of them, or those named in `load_balancer.servers`. */
@@ -55,16 +60,22 @@ export class Fleet {
   #models: readonly string[] = []
   readonly #usable: ((endpoint: Endpoint, model: string) => boolean) | undefined
   readonly #panicThreshold: number
+  readonly #defaultMaxInFlight: number
 
   constructor (servers: readonly FleetServer[], options: FleetOptions = {}) {
     this.#usable = options.usable
     this.#panicThreshold = options.panicThresholdPercent ?? DEFAULT_PANIC_THRESHOLD_PERCENT
+    this.#defaultMaxInFlight = options.defaultMaxInFlight ?? 0
     this.update(servers)
   }
 
   /** The fleet for the servers of `config` that take traffic (see {@link trafficServers}). */
-  static fromConfig (config: FleetConfig, options: Omit<FleetOptions, 'panicThresholdPercent'> = {}): Fleet {
-    return new Fleet(trafficServers(config), { ...options, panicThresholdPercent: config.load_balancer.panic_threshold_percent })
+  static fromConfig (config: FleetConfig, options: Omit<FleetOptions, 'panicThresholdPercent' | 'defaultMaxInFlight'> = {}): Fleet {
+    return new Fleet(trafficServers(config), {
+      ...options,
+      panicThresholdPercent: config.load_balancer.panic_threshold_percent,
+      defaultMaxInFlight: config.gateway.max_in_flight_per_server
+    })
   }
 
   /**
@@ -105,7 +116,10 @@ export class Fleet {
     const byName = new Map<string, Endpoint>()
     for (const server of servers) {
       const previous = this.#byName.get(server.name)
-      byName.set(server.name, previous !== undefined && sameConfig(previous, server) ? previous : toEndpoint(server))
+      const maxInFlight = server.max_in_flight ?? this.#defaultMaxInFlight
+      byName.set(server.name, previous !== undefined && sameConfig(previous, server, maxInFlight)
+        ? previous
+        : toEndpoint(server, maxInFlight))
     }
     this.#byName = byName
     this.#endpoints = Object.freeze([...byName.values()])
@@ -206,7 +220,7 @@ function canonicalVersion (version: string): string {
   return stripped === '' ? '0' : stripped
 }
 
-function toEndpoint (server: FleetServer): Endpoint {
+function toEndpoint (server: FleetServer, maxInFlight: number): Endpoint {
   return {
     name: server.name,
     host: server.host,
@@ -216,16 +230,19 @@ function toEndpoint (server: FleetServer): Endpoint {
     versions: server.versions === undefined ? undefined : Object.freeze([...server.versions]),
     weight: server.weight,
     labels: Object.freeze({ ...server.labels }),
+    maxInFlight,
     state: 'active',
     inFlight: 0,
     // No report yet: least_queue treats the depth as stale and balances on in-flight alone.
     queueDepth: 0,
-    queueDepthAt: Number.NEGATIVE_INFINITY
+    queueDepthAt: Number.NEGATIVE_INFINITY,
+    latencyMs: Number.NaN
   }
 }
 
-function sameConfig (endpoint: Endpoint, server: FleetServer): boolean {
+function sameConfig (endpoint: Endpoint, server: FleetServer, maxInFlight: number): boolean {
   return endpoint.host === server.host && endpoint.port === server.port && endpoint.weight === server.weight &&
+    endpoint.maxInFlight === maxInFlight &&
     sameList(endpoint.models, server.models) && sameOptionalList(endpoint.versions, server.versions) &&
     sameLabels(endpoint.labels, server.labels)
 }

@@ -13,8 +13,8 @@ export type EndpointState = 'active'
  * One upstream server as the gateway routes to it.
  *
  * Ownership: the configuration fields are fixed for the life of the object (a changed host or port means a new
- * endpoint). `state` is written only by the fleet. `inFlight` is written only by the proxy, which increments it
- * before sending a request and decrements it when the exchange is over. `queueDepth` and `queueDepthAt` are written
+ * endpoint). `state` is written only by the fleet. `inFlight` is written only by the proxy (`proxy/admission.ts`), which
+ * increments it before sending a request and decrements it when the exchange is over. `queueDepth` and `queueDepthAt` are written
  * together by whoever hears the worker report its queue (the proxy from responses, the health checker from its
  * probes). Balancers may read all of these, never write.
  */
@@ -32,6 +32,8 @@ export interface Endpoint {
   /** Relative share of traffic for weighted strategies (0 = none). */
   readonly weight: number
   readonly labels: Readonly<Record<string, string>>
+  /** Most requests this gateway sends it at once (HAProxy's `maxconn`); 0 means no limit. See `proxy/admission.ts`. */
+  readonly maxInFlight: number
   state: EndpointState
   /** Requests sent to this endpoint that have not finished yet. */
   inFlight: number
@@ -47,4 +49,12 @@ export interface Endpoint {
    * judge staleness from it, so a writer sets both fields at once.
    */
   queueDepthAt: number
+  /**
+   * Recent latency: an exponentially weighted mean of the last attempts' durations in milliseconds (each new one
+   * weighs {@link LATENCY_EWMA_WEIGHT}), `NaN` before the first. Written by the proxy; shown by `GET /v2/fleet`.
+   */
+  latencyMs: number
 }
+
+/** The weight of the newest sample in {@link Endpoint.latencyMs}: about the last 10 requests count. */
+export const LATENCY_EWMA_WEIGHT = 0.1

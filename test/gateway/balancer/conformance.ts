@@ -30,6 +30,9 @@ function shake (candidates: readonly Endpoint[], rand: () => number, clock: Fake
     // Fresh, stale, never reported, and a garbage report: least_queue must cope with each.
     endpoint.queueDepth = r < 0.1 ? Number.NaN : Math.floor(rand() * 8)
     endpoint.queueDepthAt = r < 0.2 ? Number.NEGATIVE_INFINITY : r < 0.3 ? Number.NaN : clock.t - Math.floor(rand() * 4000)
+    // No sample yet, a zero, and real latencies: least_latency must cope with each.
+    const l = rand()
+    endpoint.latencyMs = l < 0.15 ? Number.NaN : l < 0.2 ? 0 : rand() * 50
   }
 }
 
@@ -47,7 +50,7 @@ function randomContext (candidates: readonly Endpoint[], rand: () => number): Pi
 
 /** Endpoint fields a balancer may read but never write. */
 function snapshot (candidates: readonly Endpoint[]): string {
-  return JSON.stringify(candidates.map((e) => [e.name, e.weight, e.state, e.inFlight, e.queueDepth, e.queueDepthAt]))
+  return JSON.stringify(candidates.map((e) => [e.name, e.weight, e.state, e.inFlight, e.queueDepth, e.queueDepthAt, e.latencyMs]))
 }
 
 /** The candidate sets the suite runs over: sizes 1, 2, 3, 7 and 30, equal and mixed weights. */
