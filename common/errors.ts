@@ -28,6 +28,11 @@ export const errorCodes = {
     http: 413, grpc: 'RESOURCE_EXHAUSTED',
     message: 'request body of %s bytes exceeds the limit of %s bytes; send a smaller request or raise %s'
   },
+  FLT_ERR_HEADERS_TOO_LARGE: {
+    http: 431, grpc: 'RESOURCE_EXHAUSTED',
+    message: 'request headers exceed the limit of %s bytes; send fewer or smaller headers, or raise %s'
+  },
+  FLT_ERR_MALFORMED_HTTP: { http: 400, grpc: 'INVALID_ARGUMENT', message: 'malformed HTTP request (%s): %s' },
   FLT_ERR_INTERNAL: { http: 500, grpc: 'INTERNAL', message: 'internal error: %s' },
 
   // KServe v2 codec: the request body itself is malformed
@@ -78,6 +83,24 @@ export const errorCodes = {
     http: 502, grpc: 'UNAVAILABLE', message: 'no server in the fleet could be reached for the repository index (tried: %s)%s'
   },
   GW_ERR_UPSTREAM_TIMEOUT: { http: 504, grpc: 'DEADLINE_EXCEEDED', message: "server '%s' did not answer within %s ms" },
+  GW_ERR_REQUEST_TIMEOUT: {
+    http: 504, grpc: 'DEADLINE_EXCEEDED', message: "request for model '%s' was not answered within %s ms (%s)"
+  },
+  // Envoy's "no healthy upstream": every server of the model is failing its checks or ejected, and panic is off.
+  GW_ERR_NO_HEALTHY_UPSTREAM: {
+    http: 503, grpc: 'UNAVAILABLE',
+    message: "no healthy server for model '%s': %s failing health checks or ejected; try again later"
+  },
+  GW_ERR_QUEUE_FULL: {
+    http: 503, grpc: 'UNAVAILABLE',
+    message: "every server for model '%s' is at its in-flight limit and the gateway queue is full (%s requests waiting); try again later"
+  },
+  // NGINX's 499: the client went away before its answer was ready; logged and counted, never sent.
+  GW_ERR_CLIENT_CLOSED: { http: 499, grpc: 'CANCELLED', message: "the client closed the request for model '%s' before it was answered" },
+  GW_ERR_QUEUE_TIMEOUT: {
+    http: 503, grpc: 'UNAVAILABLE',
+    message: "every server for model '%s' stayed at its in-flight limit for %s ms (gateway.queue_timeout_ms); try again later"
+  },
 
   // command line
   CLI_ERR_USAGE: { http: 400, grpc: 'INVALID_ARGUMENT', message: '%s' }

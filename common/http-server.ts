@@ -4,7 +4,8 @@
  * path with the wrong method, and the request body kept as raw bytes whatever its Content-Type (Triton ignores it).
  */
 import { randomUUID } from 'node:crypto'
-import { type Server } from 'node:http'
+import { STATUS_CODES, type Server } from 'node:http'
+import { type Socket } from 'node:net'
 import { fastify, LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, type HTTPMethods } from 'fastify'
 import { createError, errorBody, isFlotillaError } from './errors.ts'
 import { type Logger } from './logger.ts'
@@ -15,18 +16,29 @@ export interface KServeServerOptions {
   bodyLimit: number
   /** Named in the 413 message: the flag or key that raises the limit. */
   bodyLimitSetting: string
+  /** Largest request head (request line and headers) accepted, in bytes; larger ones get a 431. Node's 16 KiB by default. */
+  headerLimit?: number
+  /** Named in the 431 message. */
+  headerLimitSetting?: string
 }
+
+/** Node's own default for `maxHeaderSize`. */
+export const DEFAULT_HEADER_LIMIT = 16 * 1024
 
 const ALL_METHODS: HTTPMethods[] = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS']
 
 export type RouteHandler = (request: FastifyRequest, reply: FastifyReply) => Promise<unknown>
 
-/** Registers `url` for every method; the wrong method gets Triton's 405 instead of fastify's 404. */
+/**
+ * Registers `url` for every method; the wrong method gets Triton's 405 instead of fastify's 404. The wrapper is a
+ * plain function that hands fastify the handler's promise (a throw is answered as a rejection is), not a second
+ * async function around it.
+ */
 export function route (app: FastifyInstance, method: 'GET' | 'POST', url: string, handler: RouteHandler): void {
   app.route({
     method: ALL_METHODS,
     url,
-    handler: async (request, reply) => {
+    handler: (request, reply) => {
       if (request.method !== method && !(method === 'GET' && request.method === 'HEAD')) {
         throw createError('FLT_ERR_METHOD_NOT_ALLOWED')
       }
@@ -35,9 +47,50 @@ export function route (app: FastifyInstance, method: 'GET' | 'POST', url: string
   })
 }
 
+/**
+ * Request ids for requests that come without `x-request-id`: UUID-shaped (version 4 and variant bits set, 36
+ * characters, so logs and clients see the same shape as before): a prefix with 74 random bits drawn once per process,
+ * then a 48-bit counter, so that ids are unique within a process and, by the prefix, across processes. About half the
+ * cost of `randomUUID()` per request. Not meant to be unguessable: nothing uses a request id as a secret.
+ */
+export function requestIdGenerator (random: () => string = randomUUID): () => string {
+  // A random UUID's first four groups: its version and variant bits stay as randomUUID set them.
+  const prefix = random().slice(0, 24)
+  let next = 0
+  return () => {
+    // 2^48 ids before it wraps: nine years at a million requests a second.
+    next = next === 0xffffffffffff ? 1 : next + 1
+    return prefix + next.toString(16).padStart(12, '0')
+  }
+}
+
 /** A fastify instance with the shared parser, error and not-found handling. */
 export function createKServeServer (options: KServeServerOptions): FastifyInstance {
+  const headerLimit = options.headerLimit ?? DEFAULT_HEADER_LIMIT
   const app = fastify({
+    http: { maxHeaderSize: headerLimit },
+    // Errors below HTTP (an oversized head, bytes that are not HTTP) get the same JSON body as every other error,
+    // with a message that says what to change, instead of fastify's own shape.
+    clientErrorHandler (err: Error & { code?: string }, socket: Socket) {
+      if (err.code === 'ECONNRESET' || socket.destroyed) return
+      let status = 400
+      let message: string
+      if (err.code === 'HPE_HEADER_OVERFLOW') {
+        status = 431
+        message = createError('FLT_ERR_HEADERS_TOO_LARGE', headerLimit, options.headerLimitSetting ?? 'the server\'s header limit').message
+      } else if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+        status = 408
+        message = 'the request was not received in time'
+      } else {
+        message = createError('FLT_ERR_MALFORMED_HTTP', err.code ?? 'unknown', err.message).message
+      }
+      if (socket.writable) {
+        const body = errorBody(message)
+        socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\nContent-Type: application/json\r\n` +
+          `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
+      }
+      socket.destroy(err)
+    },
     // pino's Logger is a FastifyBaseLogger; the cast keeps the instance type the plain one both tiers share.
     loggerInstance: options.logger as FastifyBaseLogger,
     // One debug line per request comes from the tiers' own hooks; fastify's two info lines per request would drown it.
@@ -45,17 +98,20 @@ export function createKServeServer (options: KServeServerOptions): FastifyInstan
     bodyLimit: options.bodyLimit,
     exposeHeadRoutes: false,
     requestIdHeader: 'x-request-id',
-    genReqId: () => randomUUID(),
+    genReqId: requestIdGenerator(),
     // While closing, new requests get a 503 (a gateway retries elsewhere) and the ones in flight finish.
     return503OnClosing: true
   })
 
   // A keep-alive socket busy when close() starts would otherwise stay open until its keep-alive timeout (72 s),
   // holding close() up: once closing, in-flight requests are answered with `Connection: close`.
+  // The onSend hook runs for every answer, so it is a callback hook: an async one costs a promise and a
+  // microtask per request.
   let closing = false
   app.addHook('preClose', async () => { closing = true })
-  app.addHook('onSend', async (_request, reply) => {
+  app.addHook('onSend', (_request, reply, payload, done) => {
     if (closing) reply.header('connection', 'close')
+    done(null, payload)
   })
 
   app.removeAllContentTypeParsers()

@@ -8,7 +8,7 @@ import { performance } from 'node:perf_hooks'
 import { Agent } from 'undici'
 import { closeServer, listen, listenServer, originOf } from '../common/http-server.ts'
 import { createLogger, type Logger } from '../common/logger.ts'
-import { balancerNames, createBalancer, hasBalancer } from './balancer/registry.ts'
+import { balancerNames, hasBalancer, validateBalancerOptions } from './balancer/registry.ts'
 import { type BalancerDeps } from './balancer/types.ts'
 import { loadFleetFile, type FleetConfig } from './fleet/fleet-config.ts'
 import { Fleet } from './fleet/fleet.ts'
@@ -16,6 +16,7 @@ import { FleetHealth } from './health/fleet-health.ts'
 import { createHttpProbe } from './health/http-probe.ts'
 import { type Timers } from './health/types.ts'
 import { Forwarder } from './proxy/forward.ts'
+import { ModelPolicies } from './proxy/model-policy.ts'
 import { UpstreamPool, type PoolFactory } from './proxy/upstream-pool.ts'
 import { buildGatewayHttp } from './server/http.ts'
 import { GatewayMetrics } from './server/metrics.ts'
@@ -58,7 +59,11 @@ export interface RunningGateway {
  * @throws FlotillaError `GW_ERR_FLEET_INVALID` listing every problem in the file
  */
 export function loadGatewayConfig (path: string): FleetConfig {
-  return loadFleetFile(path, { isKnownStrategy: hasBalancer, knownStrategies: balancerNames() })
+  return loadFleetFile(path, {
+    isKnownStrategy: hasBalancer,
+    knownStrategies: balancerNames(),
+    strategyOptionProblems: validateBalancerOptions
+  })
 }
 
 /**
@@ -76,7 +81,7 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
     random: options.deps?.random ?? Math.random
   }
 
-  const balancer = createBalancer(config.load_balancer.type, deps)
+  const policies = new ModelPolicies(config, deps)
   const pool = new UpstreamPool(options.poolFactory === undefined ? {} : { factory: options.poolFactory })
   const timers: Timers = {
     now: deps.now,
@@ -84,21 +89,66 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
     setTimeout: (fn, ms) => setTimeout(fn, ms).unref(),
     clearTimeout: (handle) => { clearTimeout(handle as NodeJS.Timeout) }
   }
+  // Created before health and the forwarder, whose events it counts. Its gauges read them (declared below) only
+  // at scrape time, once the listeners are up.
+  const metrics = new GatewayMetrics({
+    endpoints: () => fleet.endpoints,
+    queueWaiting: () => forwarder.admission.waiting,
+    health: (endpoint) => {
+      const view = fleetHealth.view(endpoint)
+      return { healthy: view.healthy ?? true, ejected: view.ejected }
+    }
+  })
   // Probes get their own keep-alive agent: a check must not wait behind, or be counted with, traffic.
   const probeAgent = new Agent({ connections: 1 })
-  const health = new FleetHealth({
-    config, probe: createHttpProbe(() => probeAgent), timers, random: deps.random, logger
+  const fleetHealth = new FleetHealth({
+    config,
+    probe: createHttpProbe(() => probeAgent),
+    timers,
+    random: deps.random,
+    logger,
+    onTransition: (t) => { metrics.healthTransition(t.endpoint.name, t.model, t.healthy) },
+    onEjection: (e) => { if (e.ejected) metrics.ejection(e.endpoint.name) }
   })
-  const fleet = Fleet.fromConfig(config, { usable: health.usable })
-  health.attach(fleet)
+  const fleet = Fleet.fromConfig(config, { usable: fleetHealth.usable })
+  fleetHealth.attach(fleet)
+  const retries = config.retries
   const forwarder = new Forwarder({
     pool,
-    balancer,
-    timeoutMs: settings.request_timeout_ms,
-    onAttempt: (endpoint, status, queueDepth) => { health.record(endpoint, status, queueDepth) }
+    retries: {
+      maxRetries: retries.max_retries,
+      budgetPercent: retries.budget_percent,
+      minConcurrent: retries.min_concurrent,
+      backoffBaseMs: retries.backoff_base_ms,
+      backoffMaxMs: retries.backoff_max_ms
+    },
+    admission: { maxQueued: settings.max_queued_requests, queueTimeoutMs: settings.queue_timeout_ms },
+    // Request deadlines must not be unref'd, unlike health timers: they end requests a listener is serving.
+    timers: {
+      now: deps.now,
+      setTimeout: (fn, ms) => setTimeout(fn, ms),
+      clearTimeout: (handle) => { clearTimeout(handle as NodeJS.Timeout) }
+    },
+    random: deps.random,
+    observer: {
+      attempt: (endpoint, status, queueDepth) => { fleetHealth.record(endpoint, status, queueDepth) },
+      retry: (model, cause) => { metrics.retry(model, cause) },
+      retryDenied: (model, reason) => { metrics.retryDenied(model, reason) },
+      queued: (model, waitedMs, outcome) => { metrics.queueWait(model, outcome, waitedMs / 1000) }
+    }
   })
-  const metrics = new GatewayMetrics(() => fleet.endpoints)
-  const app = buildGatewayHttp({ fleet, forwarder, metrics, logger, bodyLimit: settings.max_body_bytes, now: deps.now })
+  const app = buildGatewayHttp({
+    fleet,
+    forwarder,
+    policies,
+    health: (endpoint) => fleetHealth.view(endpoint),
+    metrics,
+    logger,
+    bodyLimit: settings.max_body_bytes,
+    headerLimit: settings.max_header_bytes,
+    fanOutTimeoutMs: settings.request_timeout_ms,
+    now: deps.now
+  })
 
   let metricsServer: Server | undefined
   /**
@@ -106,7 +156,7 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
    * flight, whose upstream exchanges still need the pools. The same steps serve a failed start and close().
    */
   const teardown = async (): Promise<void> => {
-    health.stop()
+    fleetHealth.stop()
     await probeAgent.destroy()
     await app.close()
     await pool.close()
@@ -131,7 +181,7 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
   logger.info({
     url,
     metricsPort,
-    balancer: balancer.name,
+    balancer: config.load_balancer.type,
     servers: fleet.endpoints.map((e) => `${e.name}=${e.origin}`),
     models: fleet.models
   }, 'gateway listening')

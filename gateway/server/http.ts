@@ -11,7 +11,12 @@ import { createKServeServer, route } from '../../common/http-server.ts'
 import { type Logger } from '../../common/logger.ts'
 import { FLOTILLA_VERSION } from '../../common/version.ts'
 import { type Fleet } from '../fleet/fleet.ts'
+import { type Endpoint } from '../fleet/types.ts'
+import { type EndpointHealthView } from '../health/fleet-health.ts'
 import { ENDPOINT_HEADER, REQUEST_ID_HEADER, upstreamRequestHeaders, type ForwardRequest, type ForwardResult, type Forwarder, type UpstreamResponse } from '../proxy/forward.ts'
+import { type AbortSignalLike } from '../proxy/admission.ts'
+import { type ModelPolicies } from '../proxy/model-policy.ts'
+import { fleetView } from './fleet-view.ts'
 import { type GatewayMetrics } from './metrics.ts'
 
 /**
@@ -20,17 +25,31 @@ import { type GatewayMetrics } from './metrics.ts'
  */
 export const GATEWAY_EXTENSIONS: readonly string[] = ['model_configuration']
 
-/** Named in the 413 message: where to raise the body limit. */
+/** Named in the 413 and 431 messages: where to raise the limits. */
 const BODY_LIMIT_SETTING = 'gateway.max_body_bytes in the fleet file'
+const HEADER_LIMIT_SETTING = 'gateway.max_header_bytes in the fleet file'
+
+/**
+ * Seconds a client is told to wait (`Retry-After`) when the gateway itself answers 503: long enough for an
+ * ejection's first health check or a queue to move, short enough not to idle a client that could be served.
+ */
+export const RETRY_AFTER_SECONDS = 1
 
 /** What the HTTP front routes with. */
 export interface GatewayHttpOptions {
   fleet: Fleet
   forwarder: Forwarder
+  policies: ModelPolicies
+  /** Health as `GET /v2/fleet` shows it. */
+  health: (endpoint: Endpoint) => EndpointHealthView
   metrics: GatewayMetrics
   logger: Logger
   /** Largest accepted request body in bytes (`gateway.max_body_bytes`). */
   bodyLimit: number
+  /** Largest accepted request head in bytes (`gateway.max_header_bytes`). */
+  headerLimit: number
+  /** Deadline for each server's answer to a fan-out call (the repository index). */
+  fanOutTimeoutMs: number
   /** Milliseconds from a monotonic clock, for request durations. */
   now (): number
 }
@@ -42,26 +61,37 @@ const VERSION = ':version(^\\d+$)'
 
 /** Builds (does not start) the HTTP front. */
 export function buildGatewayHttp (options: GatewayHttpOptions): FastifyInstance {
-  const { fleet, forwarder, metrics, now, logger } = options
-  const app = createKServeServer({ logger, bodyLimit: options.bodyLimit, bodyLimitSetting: BODY_LIMIT_SETTING })
+  const { fleet, forwarder, policies, metrics, now, logger } = options
+  const app = createKServeServer({
+    logger,
+    bodyLimit: options.bodyLimit,
+    bodyLimitSetting: BODY_LIMIT_SETTING,
+    headerLimit: options.headerLimit,
+    headerLimitSetting: HEADER_LIMIT_SETTING
+  })
 
-  // Set first so that every answer carries the id, errors included; a proxied answer repeats the same value.
-  app.addHook('onRequest', async (request, reply) => {
+  // Set first so that every answer carries the id, errors included; a proxied answer repeats the same value. Hooks
+  // run on every request, so they are callback hooks (an async hook costs a promise and a microtask per request).
+  app.addHook('onRequest', (request, reply, done) => {
     reply.header(REQUEST_ID_HEADER, request.id)
+    done()
   })
-  app.addHook('onResponse', async (request, reply) => {
-    // Checked first so that the log object is not built when debug is off (the usual case in production).
-    if (!logger.isLevelEnabled('debug')) return
-    const params = request.params as Partial<ModelParams> | undefined
-    request.log.debug({
-      method: request.method,
-      url: request.url,
-      model: params?.model,
-      endpoint: reply.getHeader(ENDPOINT_HEADER),
-      status: reply.statusCode,
-      durationMs: reply.elapsedTime
-    }, 'request')
-  })
+  // The per-request debug line. The level is the one the gateway starts with (nothing changes it at run time), so
+  // with debug off (the usual case in production) the hook is not there at all, rather than checking per request.
+  if (logger.isLevelEnabled('debug')) {
+    app.addHook('onResponse', (request, reply, done) => {
+      const params = request.params as Partial<ModelParams> | undefined
+      request.log.debug({
+        method: request.method,
+        url: request.url,
+        model: params?.model,
+        endpoint: reply.getHeader(ENDPOINT_HEADER),
+        status: reply.statusCode,
+        durationMs: reply.elapsedTime
+      }, 'request')
+      done()
+    })
+  }
 
   route(app, 'GET', '/v2/health/live', async (_request, reply) => reply.code(200).send())
   // Ready when there is somewhere to send requests; per-server health arrives with the health checker.
@@ -72,7 +102,9 @@ export function buildGatewayHttp (options: GatewayHttpOptions): FastifyInstance 
     extensions: GATEWAY_EXTENSIONS
   })))
 
-  const proxyModel = async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
+  // Resolves once the answer is sent, with nothing: resolving with `reply` (a thenable) would cost fastify three more
+  // microtasks per request to adopt it.
+  const proxyModel = async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     const { model, version } = request.params as ModelParams
     const candidates = fleet.endpointsServing(model, version)
     if (candidates.length === 0) {
@@ -80,10 +112,18 @@ export function buildGatewayHttp (options: GatewayHttpOptions): FastifyInstance 
       if (notServed !== undefined) throw notServed
     }
     const started = now()
-    const result = await forwarder.forward(candidates, model, version, forwardRequestOf(request, reply))
+    const policy = policies.for(model)
+    let result: ForwardResult
+    if (candidates.length === 0) {
+      // Served, but every server is failing its checks or ejected, and panic is off (or the version's servers are).
+      result = { ok: false, endpoint: undefined, error: noHealthyError(fleet, model) }
+    } else {
+      const hashKey = policy.hashHeader === undefined ? undefined : headerValue(request.headers[policy.hashHeader])
+      result = await forwarder.forward(candidates, { model, version, hashKey, policy }, forwardRequestOf(request, reply))
+    }
     const seconds = (now() - started) / 1000
     metrics.observe(model, result.endpoint?.name ?? '', result.ok ? result.response.statusCode : result.error.statusCode, seconds)
-    return sendResult(request, reply, result)
+    sendResult(request, reply, result)
   }
   for (const prefix of ['/v2/models/:model', `/v2/models/:model/versions/${VERSION}`]) {
     route(app, 'GET', prefix, proxyModel)
@@ -96,24 +136,72 @@ export function buildGatewayHttp (options: GatewayHttpOptions): FastifyInstance 
     const endpoints = fleet.endpoints.filter((e) => e.state === 'active')
     const forwarded = forwardRequestOf(request, reply)
     const headers = upstreamRequestHeaders(forwarded.headers, forwarded.requestId)
-    const results = await Promise.all(endpoints.map((e) => forwarder.sendTo(e, forwarded, headers)))
+    const results = await Promise.all(endpoints.map((e) => forwarder.sendTo(e, forwarded, headers, options.fanOutTimeoutMs)))
     return sendMergedIndex(request, reply, results)
   })
+
+  route(app, 'GET', '/v2/fleet', async (_request, reply) => reply.type('application/json').send(JSON.stringify(fleetView({
+    fleet,
+    health: options.health,
+    policies,
+    queueWaiting: () => forwarder.admission.waiting,
+    requestsInProgress: () => forwarder.budget.requests,
+    retriesInProgress: () => forwarder.budget.retries,
+    now
+  }))))
 
   return app
 }
 
 function forwardRequestOf (request: FastifyRequest, reply: FastifyReply): ForwardRequest {
+  const gone = new ClientGone()
   // The response closing before it was written means the client went away: cancel the upstream request with it.
-  const aborted = new AbortController()
-  reply.raw.once('close', () => { if (!reply.raw.writableFinished) aborted.abort() })
+  const res = reply.raw
+  res.on('close', () => { if (!res.writableFinished) gone.abort() })
   return {
     method: request.method,
     path: request.url,
     headers: request.headers,
     body: Buffer.isBuffer(request.body) ? request.body : undefined,
     requestId: request.id,
-    signal: aborted.signal
+    signal: gone
+  }
+}
+
+/**
+ * The client going away, as the forwarder listens for it ({@link AbortSignalLike}, with an AbortSignal's
+ * semantics: listeners run once, in order, and one removed meanwhile does not run). One per request: an
+ * AbortController's signal is an EventTarget, and building one and adding and removing its listeners cost several
+ * µs per request.
+ */
+class ClientGone implements AbortSignalLike {
+  aborted = false
+  /** Usually one at a time; a fan-out (the repository index) has one per server. Removed ones are `null`. */
+  #listeners: Array<(() => void) | null> = []
+
+  addEventListener (_type: 'abort', listener: () => void): void {
+    if (!this.aborted) this.#listeners.push(listener)
+  }
+
+  removeEventListener (_type: 'abort', listener: () => void): void {
+    const listeners = this.#listeners
+    const i = listeners.indexOf(listener)
+    if (i === -1) return
+    if (this.aborted) listeners[i] = null
+    else listeners.splice(i, 1)
+  }
+
+  abort (): void {
+    if (this.aborted) return
+    this.aborted = true
+    const listeners = this.#listeners
+    for (let i = 0; i < listeners.length; i++) {
+      const listener = listeners[i]
+      if (listener === null || listener === undefined) continue
+      listeners[i] = null
+      listener()
+    }
+    this.#listeners = []
   }
 }
 
@@ -129,6 +217,17 @@ function notServedError (fleet: Fleet, model: string, version: string | undefine
   return createError('GW_ERR_MODEL_VERSION_NOT_SERVED', model, version, versions.join(', '))
 }
 
+/** The 503 for a model that is served but has no usable server at this moment. */
+function noHealthyError (fleet: Fleet, model: string): FlotillaError {
+  const count = fleet.endpoints.filter((e) => e.models.includes(model)).length
+  return createError('GW_ERR_NO_HEALTHY_UPSTREAM', model, count === 1 ? 'its 1 server is' : `all ${count} of its servers are`)
+}
+
+/** A header's value as one string; a repeated header counts by its first value. */
+function headerValue (value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value[0] : value
+}
+
 function sendUpstream (reply: FastifyReply, response: UpstreamResponse): FastifyReply {
   return reply.code(response.statusCode).headers(response.headers).send(response.body)
 }
@@ -138,6 +237,7 @@ function sendResult (request: FastifyRequest, reply: FastifyReply, result: Forwa
   if (result.endpoint !== undefined) reply.header(ENDPOINT_HEADER, result.endpoint.name)
   // An upstream failure is the fleet's problem, not the gateway's: warn, not error.
   request.log.warn({ code: result.error.code, endpoint: result.endpoint?.name }, result.error.message)
+  if (result.error.statusCode === 503) reply.header('retry-after', String(RETRY_AFTER_SECONDS))
   return reply.code(result.error.statusCode).type('application/json').send(errorBody(result.error.message))
 }
 

@@ -14,23 +14,58 @@ import { type Endpoint } from '../fleet/types.ts'
  */
 export const DURATION_BUCKETS: readonly number[] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
 
+/** What the gauges read at scrape time, so the request path pays nothing for them. */
+export interface MetricSources {
+  endpoints (): readonly Endpoint[]
+  /** Requests waiting in the gateway queue for a server under its in-flight limit. */
+  queueWaiting (): number
+  /** Whether an endpoint passes its checks and whether it is ejected. */
+  health (endpoint: Endpoint): { readonly healthy: boolean, readonly ejected: boolean }
+}
+
+/** Requests of one model, endpoint and code counted since the last scrape, which adds them to the counter. */
+interface PendingCount {
+  readonly labels: { readonly model: string, readonly endpoint: string, readonly code: string }
+  pending: number
+}
+
+/**
+ * One model and endpoint's series, looked up once. prom-client builds and hashes a label string on every call
+ * (`inc({ ... })`, and its children do the same), so the request path counts into plain numbers that the counter's
+ * `collect` adds at scrape time; durations go through a histogram child bound to the labels once, which spares
+ * the label object and the closure `Histogram.observe` allocates per call.
+ */
+interface BoundSeries {
+  readonly duration: { observe (seconds: number): void }
+  /** By status code. */
+  readonly requests: Map<number, PendingCount>
+}
+
 export class GatewayMetrics {
   readonly registry = new Registry()
   readonly #requests: Counter<'model' | 'endpoint' | 'code'>
   readonly #duration: Histogram<'model' | 'endpoint'>
-  /** Set from the endpoints at scrape time only. */
-  readonly inFlight: Gauge<'endpoint'>
-
   /**
-   * @param endpoints read at scrape time for the in-flight gauge, so the request path pays nothing for it
+   * model → endpoint → series. Bounded by the fleet: the HTTP front observes only models some server lists, and
+   * codes are HTTP's.
    */
-  constructor (endpoints: () => readonly Endpoint[]) {
+  readonly #bound = new Map<string, Map<string, BoundSeries>>()
+  /** Every count, in the order its series first appeared (the order prom-client would list them in). */
+  readonly #counts: PendingCount[] = []
+  readonly #retries: Counter<'model' | 'cause'>
+  readonly #retriesDenied: Counter<'model' | 'reason'>
+  readonly #ejections: Counter<'endpoint'>
+  readonly #transitions: Counter<'endpoint' | 'model' | 'to'>
+  readonly #queueWait: Histogram<'model' | 'outcome'>
+
+  constructor (sources: MetricSources) {
     const registers = [this.registry]
     this.#requests = new Counter({
       name: 'flotilla_requests_total',
       help: 'Requests routed to a model, by model, answering endpoint ("" when none answered) and HTTP status code',
       labelNames: ['model', 'endpoint', 'code'],
-      registers
+      registers,
+      collect: () => { this.#publishCounts() }
     })
     this.#duration = new Histogram({
       name: 'flotilla_request_duration_seconds',
@@ -39,7 +74,39 @@ export class GatewayMetrics {
       buckets: [...DURATION_BUCKETS],
       registers
     })
-    this.inFlight = new Gauge({
+    this.#retries = new Counter({
+      name: 'flotilla_retries_total',
+      help: 'Requests tried again on another endpoint, by model and cause (connect_failure, reset, unavailable: a 503)',
+      labelNames: ['model', 'cause'],
+      registers
+    })
+    this.#retriesDenied = new Counter({
+      name: 'flotilla_retries_denied_total',
+      help: 'Retries not made although the failure was retriable, by model and reason (max_retries, budget)',
+      labelNames: ['model', 'reason'],
+      registers
+    })
+    this.#ejections = new Counter({
+      name: 'flotilla_ejections_total',
+      help: 'Times an endpoint was ejected by outlier detection',
+      labelNames: ['endpoint'],
+      registers
+    })
+    this.#transitions = new Counter({
+      name: 'flotilla_health_transitions_total',
+      help: 'Active health check transitions, by endpoint, model ("" for the server as a whole) and new state',
+      labelNames: ['endpoint', 'model', 'to'],
+      registers
+    })
+    this.#queueWait = new Histogram({
+      name: 'flotilla_queue_wait_seconds',
+      help: 'Time requests waited in the gateway queue for an endpoint under its in-flight limit, by model and ' +
+        'outcome (admitted, timeout, full, aborted)',
+      labelNames: ['model', 'outcome'],
+      buckets: [...DURATION_BUCKETS],
+      registers
+    })
+    new Gauge({
       name: 'flotilla_upstream_in_flight',
       help: 'Requests sent to an endpoint that have not finished yet',
       labelNames: ['endpoint'],
@@ -47,8 +114,49 @@ export class GatewayMetrics {
       collect () {
         // Reset first so that endpoints that left the fleet stop being reported.
         this.reset()
-        for (const endpoint of endpoints()) this.set({ endpoint: endpoint.name }, endpoint.inFlight)
+        for (const endpoint of sources.endpoints()) this.set({ endpoint: endpoint.name }, endpoint.inFlight)
       }
+    })
+    new Gauge({
+      name: 'flotilla_upstream_queue_depth',
+      help: 'Requests waiting in an endpoint\'s own queue, as the worker last reported it (absent before a report)',
+      labelNames: ['endpoint'],
+      registers,
+      collect () {
+        this.reset()
+        for (const e of sources.endpoints()) {
+          if (Number.isFinite(e.queueDepthAt)) this.set({ endpoint: e.name }, e.queueDepth)
+        }
+      }
+    })
+    new Gauge({
+      name: 'flotilla_endpoint_up',
+      help: '1 when an endpoint passes its health checks and is not ejected, else 0',
+      labelNames: ['endpoint'],
+      registers,
+      collect () {
+        this.reset()
+        for (const e of sources.endpoints()) {
+          const h = sources.health(e)
+          this.set({ endpoint: e.name }, h.healthy && !h.ejected ? 1 : 0)
+        }
+      }
+    })
+    new Gauge({
+      name: 'flotilla_endpoint_ejected',
+      help: '1 while outlier detection keeps an endpoint ejected, else 0',
+      labelNames: ['endpoint'],
+      registers,
+      collect () {
+        this.reset()
+        for (const e of sources.endpoints()) this.set({ endpoint: e.name }, sources.health(e).ejected ? 1 : 0)
+      }
+    })
+    new Gauge({
+      name: 'flotilla_queue_depth',
+      help: 'Requests waiting in the gateway queue for an endpoint under its in-flight limit',
+      registers,
+      collect () { this.set(sources.queueWaiting()) }
     })
     collectDefaultMetrics({ register: this.registry })
   }
@@ -60,8 +168,54 @@ export class GatewayMetrics {
    * @param seconds time from receiving the request to having its answer
    */
   observe (model: string, endpoint: string, code: number, seconds: number): void {
-    this.#requests.inc({ model, endpoint, code: String(code) })
-    this.#duration.observe({ model, endpoint }, seconds)
+    let byEndpoint = this.#bound.get(model)
+    if (byEndpoint === undefined) {
+      byEndpoint = new Map()
+      this.#bound.set(model, byEndpoint)
+    }
+    let series = byEndpoint.get(endpoint)
+    if (series === undefined) {
+      series = { duration: this.#duration.labels({ model, endpoint }), requests: new Map() }
+      byEndpoint.set(endpoint, series)
+    }
+    let requests = series.requests.get(code)
+    if (requests === undefined) {
+      requests = { labels: { model, endpoint, code: String(code) }, pending: 0 }
+      series.requests.set(code, requests)
+      this.#counts.push(requests)
+    }
+    requests.pending++
+    series.duration.observe(seconds)
+  }
+
+  /** Adds the requests counted since the last read to the counter (its `collect`: every read runs it first). */
+  #publishCounts (): void {
+    for (const count of this.#counts) {
+      if (count.pending === 0) continue
+      this.#requests.inc(count.labels, count.pending)
+      count.pending = 0
+    }
+  }
+
+  retry (model: string, cause: string): void {
+    this.#retries.inc({ model, cause })
+  }
+
+  retryDenied (model: string, reason: string): void {
+    this.#retriesDenied.inc({ model, reason })
+  }
+
+  ejection (endpoint: string): void {
+    this.#ejections.inc({ endpoint })
+  }
+
+  /** @param model `undefined`: the server as a whole */
+  healthTransition (endpoint: string, model: string | undefined, healthy: boolean): void {
+    this.#transitions.inc({ endpoint, model: model ?? '', to: healthy ? 'healthy' : 'unhealthy' })
+  }
+
+  queueWait (model: string, outcome: string, seconds: number): void {
+    this.#queueWait.observe({ model, outcome }, seconds)
   }
 
   /** A plain HTTP listener for `GET /metrics` (and `/metrics/`), as Triton's metrics port answers. */

@@ -1,8 +1,14 @@
 import t from 'tap'
 import { type Dispatcher } from 'undici'
 import { createRoundRobin } from '../../../gateway/balancer/round-robin.ts'
-import { clientResponseHeaders, describeError, Forwarder, upstreamRequestHeaders, type ForwardRequest } from '../../../gateway/proxy/forward.ts'
+import { Fleet } from '../../../gateway/fleet/fleet.ts'
+import { type Endpoint } from '../../../gateway/fleet/types.ts'
+import {
+  clientResponseHeaders, describeError, Forwarder, upstreamRequestHeaders, type ForwardObserver, type ForwardRequest,
+  type ForwardTarget, type ForwarderOptions, type RoutePolicy
+} from '../../../gateway/proxy/forward.ts'
 import { UpstreamPool } from '../../../gateway/proxy/upstream-pool.ts'
+import { FakeClock } from '../../helpers/fake-clock.ts'
 import { endpoints } from '../fixtures/helpers.ts'
 
 t.test('request headers: hop-by-hop stripped, x-request-id set', async (t) => {
@@ -68,28 +74,57 @@ t.test('describeError', async (t) => {
 })
 
 /** A dispatcher that fails or answers as scripted per origin, to drive the forwarder without sockets. */
-type Script = (attempt: number) => { error: Error & { code?: string } } | { status: number, body: string, bodyError?: Error }
+type Step = { error: Error & { code?: string } } | { status: number, body: string, bodyError?: Error }
+type Script = (attempt: number) => Step | Promise<Step>
 
 function fakePool (scripts: Record<string, Script>, calls: string[]): UpstreamPool {
   return new UpstreamPool({
     factory: (origin) => {
       let attempt = 0
       const fake = {
-        async request (opts: Dispatcher.RequestOptions) {
+        // undici's handler protocol: onRequestStart once the request is under way, then the head, the body and the
+        // end, or onResponseError; an abort through the controller ends the exchange with onResponseError.
+        dispatch (opts: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler): boolean {
           calls.push(`${origin} ${opts.method} ${opts.path}`)
-          const step = scripts[origin]?.(attempt++) ?? { status: 500, body: 'unscripted' }
-          if ('error' in step) throw step.error
-          return {
-            statusCode: step.status,
-            headers: { 'content-type': 'text/plain', connection: 'keep-alive' },
-            body: {
-              async arrayBuffer () {
-                if (step.bodyError !== undefined) throw step.bodyError
-                const b = Buffer.from(step.body)
-                return b.buffer.slice(b.byteOffset, b.byteOffset + b.length)
-              }
-            }
+          const scripted = Promise.resolve(scripts[origin]?.(attempt++) ?? { status: 500, body: 'unscripted' })
+          let done = false
+          let reason: Error | null = null
+          const fail = (err: Error): void => {
+            if (done) return
+            done = true
+            handler.onResponseError?.(controller, err)
           }
+          const controller: Dispatcher.DispatchController = {
+            get aborted () { return reason !== null },
+            get paused () { return false },
+            get reason () { return reason },
+            abort (err: Error) {
+              if (done || reason !== null) return
+              reason = err
+              fail(err)
+            },
+            pause () {},
+            resume () {}
+          }
+          handler.onRequestStart?.(controller, {})
+          scripted.then((step) => {
+            if (done) return
+            if ('error' in step) {
+              fail(step.error)
+              return
+            }
+            handler.onResponseStart?.(controller, step.status, { 'content-type': 'text/plain', connection: 'keep-alive' }, 'OK')
+            if (done) return
+            if (step.bodyError !== undefined) {
+              fail(step.bodyError)
+              return
+            }
+            if (step.body !== '') handler.onResponseData?.(controller, Buffer.from(step.body))
+            if (done) return
+            done = true
+            handler.onResponseEnd?.(controller, {})
+          }, (err: Error) => { fail(err) })
+          return true
         },
         async close () {},
         async destroy () {}
@@ -100,6 +135,18 @@ function fakePool (scripts: Record<string, Script>, calls: string[]): UpstreamPo
 }
 
 const REQUEST: ForwardRequest = { method: 'POST', path: '/v2/models/m/infer', headers: {}, body: Buffer.from('{}'), requestId: 'r' }
+
+function policy (overrides: Partial<RoutePolicy> = {}): RoutePolicy {
+  return { balancer: createRoundRobin({ now: () => 0, random: () => 0 }), timeoutMs: 1000, maxRetries: 2, ...overrides }
+}
+
+function target (overrides: Partial<RoutePolicy> = {}): ForwardTarget {
+  return { model: 'm', version: undefined, hashKey: undefined, policy: policy(overrides) }
+}
+
+function forwarderWith (pool: UpstreamPool, options: Omit<ForwarderOptions, 'pool'> = {}): Forwarder {
+  return new Forwarder({ pool, random: () => 0, ...options })
+}
 
 function coded (message: string, code: string): Error & { code: string } {
   return Object.assign(new Error(message), { code })
@@ -113,8 +160,8 @@ t.test('refused connections move on to the next server; never the same one twice
     [b!.origin]: () => ({ error: coded('connect EHOSTUNREACH 10.0.0.1:1', 'EHOSTUNREACH') }),
     [c!.origin]: () => ({ status: 200, body: 'from c' })
   }, calls)
-  const forwarder = new Forwarder({ pool, balancer: createRoundRobin({ now: () => 0, random: () => 0 }), timeoutMs: 1000 })
-  const result = await forwarder.forward(endpoints('a', 'b', 'c'), 'm', undefined, REQUEST)
+  const forwarder = forwarderWith(pool)
+  const result = await forwarder.forward(endpoints('a', 'b', 'c'), target(), REQUEST)
   t.equal(result.ok, true)
   if (result.ok) {
     t.equal(result.endpoint.name, 'c')
@@ -132,8 +179,8 @@ t.test('a reset moves on once; a second reset ends the request instead of replay
     [b!.origin]: () => ({ error: coded('read ECONNRESET', 'ECONNRESET') }),
     [c!.origin]: () => ({ status: 200, body: 'from c' })
   }, calls)
-  const forwarder = new Forwarder({ pool, balancer: createRoundRobin({ now: () => 0, random: () => 0 }), timeoutMs: 1000 })
-  const result = await forwarder.forward(endpoints('a', 'b', 'c'), 'm', undefined, REQUEST)
+  const forwarder = forwarderWith(pool)
+  const result = await forwarder.forward(endpoints('a', 'b', 'c'), target(), REQUEST)
   t.equal(result.ok, false)
   if (!result.ok) {
     t.equal(result.error.code, 'GW_ERR_UPSTREAM_BROKEN')
@@ -148,8 +195,8 @@ t.test('a reset moves on once; a second reset ends the request instead of replay
     [a!.origin]: () => ({ error: coded('other side closed', 'UND_ERR_SOCKET') }),
     [b!.origin]: () => ({ status: 200, body: 'from b' })
   }, calls2)
-  const forwarder2 = new Forwarder({ pool: pool2, balancer: createRoundRobin({ now: () => 0, random: () => 0 }), timeoutMs: 1000 })
-  const retried = await forwarder2.forward(endpoints('a', 'b'), 'm', undefined, REQUEST)
+  const forwarder2 = forwarderWith(pool2)
+  const retried = await forwarder2.forward(endpoints('a', 'b'), target(), REQUEST)
   t.equal(retried.ok && retried.endpoint.name, 'b', 'one reset (a stale keep-alive connection, say) is retried elsewhere')
 })
 
@@ -161,8 +208,8 @@ t.test('connect timeouts fail over too; the 502 names every server tried and the
     [a!.origin]: () => ({ error: coded('Connect Timeout Error', 'UND_ERR_CONNECT_TIMEOUT') }),
     [b!.origin]: () => ({ error: coded('getaddrinfo ENOTFOUND nowhere', 'ENOTFOUND') })
   }, calls)
-  const forwarder = new Forwarder({ pool, balancer: createRoundRobin({ now: () => 0, random: () => 0 }), timeoutMs: 1000 })
-  const result = await forwarder.forward(list, 'm', undefined, REQUEST)
+  const forwarder = forwarderWith(pool)
+  const result = await forwarder.forward(list, target(), REQUEST)
   t.equal(result.ok, false)
   if (!result.ok) {
     t.equal(result.error.code, 'GW_ERR_NO_UPSTREAM')
@@ -181,8 +228,8 @@ t.test('a failure after the response started is not retried', async (t) => {
   const pool = fakePool({
     [a!.origin]: () => ({ status: 200, body: '', bodyError: coded('other side closed', 'UND_ERR_SOCKET') })
   }, calls)
-  const forwarder = new Forwarder({ pool, balancer: createRoundRobin({ now: () => 0, random: () => 0 }), timeoutMs: 1000 })
-  const result = await forwarder.forward(list, 'm', undefined, REQUEST)
+  const forwarder = forwarderWith(pool)
+  const result = await forwarder.forward(list, target(), REQUEST)
   t.equal(result.ok, false)
   if (!result.ok) {
     t.equal(result.error.statusCode, 502)
@@ -195,15 +242,15 @@ t.test('an error that is not about reaching the server is not retried', async (t
   const list = endpoints('a', 'b')
   const calls: string[] = []
   const pool = fakePool({ [list[0]!.origin]: () => ({ error: coded('Parse Error: Expected HTTP/', 'HPE_INVALID_CONSTANT') }) }, calls)
-  const forwarder = new Forwarder({ pool, balancer: createRoundRobin({ now: () => 0, random: () => 0 }), timeoutMs: 1000 })
-  const result = await forwarder.forward(list, 'm', undefined, REQUEST)
+  const forwarder = forwarderWith(pool)
+  const result = await forwarder.forward(list, target(), REQUEST)
   t.equal(result.ok, false)
   t.equal(calls.length, 1)
 })
 
 t.test('no candidates', async (t) => {
-  const forwarder = new Forwarder({ pool: fakePool({}, []), balancer: createRoundRobin({ now: () => 0, random: () => 0 }), timeoutMs: 1000 })
-  const result = await forwarder.forward([], 'm', undefined, REQUEST)
+  const forwarder = forwarderWith(fakePool({}, []))
+  const result = await forwarder.forward([], target(), REQUEST)
   t.equal(result.ok, false)
   if (!result.ok) t.equal(result.error.message, "no server serving model 'm' could be reached (tried: none): no server was available")
 })
@@ -228,4 +275,224 @@ t.test('upstream pool: one dispatcher per endpoint, reused; a moved endpoint get
   await pool.close()
   t.equal(closed, 3)
   t.throws(() => pool.dispatcherFor(b!), /closed/)
+})
+
+/** Records what the forwarder reports. */
+function recorder (): { observer: ForwardObserver, events: string[] } {
+  const events: string[] = []
+  return {
+    events,
+    observer: {
+      retry: (model, cause) => events.push(`retry ${model} ${cause}`),
+      retryDenied: (model, reason) => events.push(`denied ${model} ${reason}`),
+      queued: (model, waitedMs, outcome) => events.push(`queued ${model} ${waitedMs} ${outcome}`),
+      attempt: (endpoint, status) => events.push(`attempt ${endpoint.name} ${String(status)}`)
+    }
+  }
+}
+
+const QUEUE_FULL_BODY = '{"error":"[request id: r] Exceeds maximum queue size"}'
+
+t.test('a 503 is retried on another server, after a jittered backoff', async (t) => {
+  const [a, b] = endpoints('a', 'b')
+  const calls: string[] = []
+  const pool = fakePool({
+    [a!.origin]: () => ({ status: 503, body: QUEUE_FULL_BODY }),
+    [b!.origin]: () => ({ status: 200, body: 'from b' })
+  }, calls)
+  const clock = new FakeClock()
+  const { observer, events } = recorder()
+  const delays: number[] = []
+  const timers = { ...clock, now: clock.now, clearTimeout: clock.clearTimeout, setTimeout: (fn: () => void, ms: number) => { delays.push(ms); return clock.setTimeout(fn, ms) } }
+  const forwarder = forwarderWith(pool, { observer, timers, random: () => 0.5 })
+  const pending = forwarder.forward(endpoints('a', 'b'), target(), REQUEST)
+  await clock.advance(12)
+  const result = await pending
+  t.equal(result.ok && result.endpoint.name, 'b')
+  t.equal(result.ok && result.response.body.toString(), 'from b')
+  t.strictSame(events, ['attempt a 503', 'retry m unavailable', 'attempt b 200'])
+  t.ok(delays.includes(12), `full jitter: half of the 25 ms base for the first retry (timers set: ${delays.join(', ')})`)
+  t.equal(forwarder.budget.requests, 0, 'nothing left in progress')
+  t.equal(forwarder.budget.retries, 0)
+})
+
+t.test('when every server answers 503, the last worker answer is passed on as it is', async (t) => {
+  const list = endpoints('a', 'b', 'c')
+  const calls: string[] = []
+  const pool = fakePool(Object.fromEntries(list.map((e) => [e.origin, () => ({ status: 503, body: `${e.name} full` })])), calls)
+  const { observer, events } = recorder()
+  const forwarder = forwarderWith(pool, { observer, random: () => 0 })
+  const result = await forwarder.forward(list, target(), REQUEST)
+  t.equal(result.ok, true)
+  if (result.ok) {
+    t.equal(result.response.statusCode, 503)
+    t.equal(result.response.body.toString(), 'c full')
+    t.equal(result.endpoint.name, 'c')
+  }
+  t.equal(calls.length, 3, 'two retries, each on a server not tried before')
+  t.equal(events.filter((e) => e.startsWith('retry')).length, 2)
+})
+
+t.test('max_retries bounds the retries; 0 turns them off', async (t) => {
+  const list = endpoints('a', 'b', 'c', 'd')
+  const calls: string[] = []
+  const pool = fakePool(Object.fromEntries(list.map((e) => [e.origin, () => ({ error: coded('connect ECONNREFUSED', 'ECONNREFUSED') })])), calls)
+  const { observer, events } = recorder()
+  const forwarder = forwarderWith(pool, { observer })
+  const result = await forwarder.forward(list, target({ maxRetries: 1 }), REQUEST)
+  t.equal(result.ok, false)
+  if (!result.ok) t.equal(result.error.message, "no server serving model 'm' could be reached (tried: a, b): b: connect ECONNREFUSED")
+  t.equal(calls.length, 2)
+  t.strictSame(events.filter((e) => !e.startsWith('attempt')), ['retry m connect_failure', 'denied m max_retries'])
+
+  const calls2: string[] = []
+  const pool2 = fakePool({ [list[0]!.origin]: () => ({ status: 503, body: 'full' }) }, calls2)
+  const none = await forwarderWith(pool2).forward(list, target({ maxRetries: 0 }), REQUEST)
+  t.equal(none.ok && none.response.statusCode, 503, 'no retry: the worker answer goes back')
+  t.equal(calls2.length, 1)
+})
+
+t.test('the retry budget: retries in progress stay within budget_percent of requests, at least min_concurrent', async (t) => {
+  const list = endpoints('a', 'b')
+  const [a, b] = list
+  const release: Array<() => void> = []
+  const calls: string[] = []
+  // b holds every request until released, so retries pile up in progress.
+  const pool = fakePool({
+    [a!.origin]: () => ({ status: 503, body: 'full' }),
+    [b!.origin]: () => new Promise<Step>((resolve) => { release.push(() => resolve({ status: 200, body: 'b' })) })
+  }, calls)
+  const { observer, events } = recorder()
+  const forwarder = forwarderWith(pool, {
+    observer,
+    random: () => 0,
+    retries: { maxRetries: 2, budgetPercent: 20, minConcurrent: 2, backoffBaseMs: 0, backoffMaxMs: 0 }
+  })
+  // Always start at a: a round robin that restarts per request.
+  const firstA = (): ForwardTarget => target({ balancer: createRoundRobin({ now: () => 0, random: () => 0 }) })
+  const results = [1, 2, 3, 4].map(() => forwarder.forward(list, firstA(), REQUEST))
+  await new Promise((resolve) => setImmediate(resolve))
+  t.equal(forwarder.budget.retries, 2, 'max(2, 20% of 4 requests) retries at once')
+  t.equal(forwarder.budget.requests, 2, 'the two denied requests are already answered')
+  t.equal(events.filter((e) => e === 'denied m budget').length, 2)
+  for (const r of release) r()
+  const settled = await Promise.all(results)
+  t.strictSame(settled.map((r) => r.ok && r.response.statusCode), [200, 200, 503, 503], 'the denied ones get the worker\'s 503')
+  t.equal(forwarder.budget.retries, 0)
+  t.equal(forwarder.budget.requests, 0)
+})
+
+/** Endpoints with an in-flight limit, serving model `m`. */
+function limited (limit: number, ...names: string[]): readonly Endpoint[] {
+  return new Fleet(names.map((name, i) => ({ name, host: '127.0.0.1', port: 9100 + i, models: ['m'], weight: 1, labels: {}, max_in_flight: limit })))
+    .endpointsServing('m')
+}
+
+t.test('in-flight limits: a request that finds every server full waits, and takes the first slot to free', async (t) => {
+  const list = limited(1, 'a', 'b')
+  const [a, b] = list
+  const release = new Map<string, Array<() => void>>([['a', []], ['b', []]])
+  const hold = (name: string) => () => new Promise<Step>((resolve) => { release.get(name)!.push(() => resolve({ status: 200, body: name })) })
+  const pool = fakePool({ [a!.origin]: hold('a'), [b!.origin]: hold('b') }, [])
+  const clock = new FakeClock()
+  const { observer, events } = recorder()
+  const forwarder = forwarderWith(pool, { observer, timers: clock, admission: { maxQueued: 10, queueTimeoutMs: 500 } })
+  const first = forwarder.forward(list, target(), REQUEST)
+  const second = forwarder.forward(list, target(), REQUEST)
+  await clock.advance(0)
+  t.strictSame([a!.inFlight, b!.inFlight], [1, 1], 'one each: the limit steers the second request to b')
+  const third = forwarder.forward(list, target(), REQUEST)
+  await clock.advance(100)
+  t.equal(forwarder.admission.waiting, 1, 'the third waits in the gateway queue')
+  release.get('b')!.shift()!()
+  t.equal((await second).ok, true)
+  await clock.advance(0)
+  t.equal(forwarder.admission.waiting, 0)
+  t.strictSame([a!.inFlight, b!.inFlight], [1, 1], 'the freed slot on b went straight to the waiting request')
+  release.get('a')!.shift()!()
+  release.get('b')!.shift()!()
+  const results = await Promise.all([first, third])
+  t.strictSame(results.map((r) => r.ok && r.endpoint.name), ['a', 'b'])
+  t.ok(events.includes('queued m 100 admitted'), events.join('; '))
+  t.strictSame([a!.inFlight, b!.inFlight], [0, 0])
+})
+
+t.test('a full queue refuses at once; a wait longer than queue_timeout_ms ends in a 503', async (t) => {
+  const list = limited(1, 'a')
+  const releases: Array<() => void> = []
+  const pool = fakePool({ [list[0]!.origin]: () => new Promise<Step>((resolve) => { releases.push(() => resolve({ status: 200, body: 'a' })) }) }, [])
+  const clock = new FakeClock()
+  const { observer, events } = recorder()
+  const forwarder = forwarderWith(pool, { observer, timers: clock, admission: { maxQueued: 1, queueTimeoutMs: 500 } })
+  const holding = forwarder.forward(list, target(), REQUEST)
+  await clock.advance(0)
+  const waiting = forwarder.forward(list, target(), REQUEST)
+  await clock.advance(0)
+  const refused = await forwarder.forward(list, target(), REQUEST)
+  t.equal(!refused.ok && refused.error.code, 'GW_ERR_QUEUE_FULL')
+  t.equal(!refused.ok && refused.error.statusCode, 503)
+  t.match(!refused.ok && refused.error.message, /at its in-flight limit and the gateway queue is full \(1 requests waiting\)/)
+  await clock.advance(500)
+  const timedOut = await waiting
+  t.equal(!timedOut.ok && timedOut.error.code, 'GW_ERR_QUEUE_TIMEOUT')
+  t.equal(!timedOut.ok && timedOut.error.message,
+    "every server for model 'm' stayed at its in-flight limit for 500 ms (gateway.queue_timeout_ms); try again later")
+  t.ok(events.includes('queued m 0 full') && events.includes('queued m 500 timeout'), events.join('; '))
+  releases[0]!()
+  t.equal((await holding).ok, true)
+  t.equal(list[0]!.inFlight, 0)
+})
+
+t.test('one deadline covers queueing and the attempt: the request timeout wins over a longer queue timeout', async (t) => {
+  const list = limited(1, 'a')
+  const releases: Array<() => void> = []
+  const pool = fakePool({ [list[0]!.origin]: () => new Promise<Step>((resolve) => { releases.push(() => resolve({ status: 200, body: 'a' })) }) }, [])
+  const clock = new FakeClock()
+  const forwarder = forwarderWith(pool, { timers: clock, admission: { maxQueued: 5, queueTimeoutMs: 10_000 } })
+  const holding = forwarder.forward(list, target({ timeoutMs: 300 }), REQUEST)
+  await clock.advance(0)
+  const waiting = forwarder.forward(list, target({ timeoutMs: 200 }), REQUEST)
+  await clock.advance(200)
+  const late = await waiting
+  t.equal(!late.ok && late.error.code, 'GW_ERR_REQUEST_TIMEOUT')
+  t.equal(!late.ok && late.error.statusCode, 504)
+  await clock.advance(100)
+  const timedOut = await holding
+  t.equal(!timedOut.ok && timedOut.error.code, 'GW_ERR_UPSTREAM_TIMEOUT', 'the attempt itself is cut at the deadline')
+  t.equal(!timedOut.ok && timedOut.error.message, "server 'a' did not answer within 300 ms")
+  releases.forEach((r) => { r() })
+})
+
+t.test('a client that leaves while queued frees its place and is counted as 499', async (t) => {
+  const list = limited(1, 'a')
+  const releases: Array<() => void> = []
+  const pool = fakePool({ [list[0]!.origin]: () => new Promise<Step>((resolve) => { releases.push(() => resolve({ status: 200, body: 'a' })) }) }, [])
+  const clock = new FakeClock()
+  const forwarder = forwarderWith(pool, { timers: clock, admission: { maxQueued: 5, queueTimeoutMs: 10_000 } })
+  const holding = forwarder.forward(list, target(), REQUEST)
+  await clock.advance(0)
+  const controller = new AbortController()
+  const leaving = forwarder.forward(list, target(), { ...REQUEST, signal: controller.signal })
+  await clock.advance(0)
+  t.equal(forwarder.admission.waiting, 1)
+  controller.abort()
+  const gone = await leaving
+  t.equal(!gone.ok && gone.error.code, 'GW_ERR_CLIENT_CLOSED')
+  t.equal(!gone.ok && gone.error.statusCode, 499)
+  t.equal(forwarder.admission.waiting, 0)
+  releases[0]!()
+  await holding
+  t.equal(list[0]!.inFlight, 0)
+})
+
+t.test('sendTo asks one server, with no limit and no retry', async (t) => {
+  const list = limited(1, 'a')
+  const calls: string[] = []
+  const pool = fakePool({ [list[0]!.origin]: () => ({ status: 503, body: 'busy' }) }, calls)
+  const forwarder = forwarderWith(pool)
+  const result = await forwarder.sendTo(list[0]!, REQUEST, {}, 1000)
+  t.equal(result.ok && result.response.statusCode, 503)
+  t.equal(calls.length, 1)
+  t.equal(list[0]!.inFlight, 0)
+  t.ok(Number.isFinite(list[0]!.latencyMs), 'recent latency is recorded')
 })

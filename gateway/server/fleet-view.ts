@@ -1,0 +1,115 @@
+/**
+ * `GET /v2/fleet`: what an operator asks first when traffic looks wrong. Every endpoint with its state, load,
+ * limits, recent latency and last health result, and per model which endpoints take its traffic now and whether
+ * it is in panic. Read from the live objects at request time; nothing here is kept per request.
+ */
+import { type Fleet } from '../fleet/fleet.ts'
+import { type Endpoint } from '../fleet/types.ts'
+import { type EndpointHealthView } from '../health/fleet-health.ts'
+import { type ModelPolicies } from '../proxy/model-policy.ts'
+
+/** One endpoint as `GET /v2/fleet` shows it. */
+export interface EndpointView {
+  name: string
+  origin: string
+  state: string
+  weight: number
+  models: readonly string[]
+  /** `null`: every version. */
+  versions: readonly number[] | null
+  in_flight: number
+  /** 0: no limit. */
+  max_in_flight: number
+  /** Passes its active checks (server and every model). */
+  healthy: boolean
+  /** Models whose readiness check fails on a server that is otherwise healthy. */
+  unready_models: readonly string[]
+  ejected: boolean
+  /** The last failing probe's reason, `null` when the last probes passed or none ran. */
+  last_health_failure: string | null
+  /** Milliseconds since the last completed check, `null` before the first (or with checks off). */
+  last_check_ms_ago: number | null
+  /** Recent latency (an exponentially weighted mean of the last ~10 attempts), `null` before the first. */
+  latency_ms: number | null
+  /** The worker's own queue as it last reported it, and how long ago; `null` before a report. */
+  queue_depth: number | null
+  queue_depth_ms_ago: number | null
+}
+
+/** One model as `GET /v2/fleet` shows it. */
+export interface ModelView {
+  name: string
+  strategy: string
+  /** The endpoints its requests (naming no version) go to now. */
+  endpoints: readonly string[]
+  /** Too few usable endpoints: requests go to all of them (panic threshold). */
+  panic: boolean
+}
+
+export interface FleetView {
+  endpoints: EndpointView[]
+  models: ModelView[]
+  /** Requests waiting in the gateway queue; requests and retries in progress. */
+  queue_waiting: number
+  requests_in_progress: number
+  retries_in_progress: number
+}
+
+/** What the view is read from. */
+export interface FleetViewSources {
+  fleet: Fleet
+  health: (endpoint: Endpoint) => EndpointHealthView
+  policies: ModelPolicies
+  queueWaiting: () => number
+  requestsInProgress: () => number
+  retriesInProgress: () => number
+  /** The monotonic clock the fleet's timestamps use. */
+  now: () => number
+}
+
+function round (ms: number): number {
+  return Math.round(ms * 100) / 100
+}
+
+function agoOrNull (now: number, at: number | undefined): number | null {
+  return at === undefined || !Number.isFinite(at) ? null : Math.max(0, Math.round(now - at))
+}
+
+export function fleetView (sources: FleetViewSources): FleetView {
+  const { fleet, now: clock } = sources
+  const now = clock()
+  const endpoints = fleet.endpoints.map((e): EndpointView => {
+    const health = sources.health(e)
+    return {
+      name: e.name,
+      origin: e.origin,
+      state: e.state,
+      weight: e.weight,
+      models: e.models,
+      versions: e.versions ?? null,
+      in_flight: e.inFlight,
+      max_in_flight: e.maxInFlight,
+      healthy: health.healthy ?? true,
+      unready_models: health.unreadyModels ?? [],
+      ejected: health.ejected,
+      last_health_failure: health.lastFailure ?? null,
+      last_check_ms_ago: agoOrNull(now, health.lastCheckAt),
+      latency_ms: Number.isNaN(e.latencyMs) ? null : round(e.latencyMs),
+      queue_depth: Number.isFinite(e.queueDepthAt) ? e.queueDepth : null,
+      queue_depth_ms_ago: agoOrNull(now, e.queueDepthAt)
+    }
+  })
+  const models = fleet.models.map((name): ModelView => ({
+    name,
+    strategy: sources.policies.for(name).balancer.name,
+    endpoints: fleet.endpointsServing(name).map((e) => e.name),
+    panic: fleet.panicking(name)
+  }))
+  return {
+    endpoints,
+    models,
+    queue_waiting: sources.queueWaiting(),
+    requests_in_progress: sources.requestsInProgress(),
+    retries_in_progress: sources.retriesInProgress()
+  }
+}

@@ -1,0 +1,20 @@
+/** The fleet file shown in the README is what users copy: it must load as shown. */
+import { readFileSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
+import t from 'tap'
+import { balancerNames, hasBalancer, validateBalancerOptions } from '../../gateway/balancer/registry.ts'
+import { parseFleetConfig } from '../../gateway/fleet/fleet-config.ts'
+
+const README = fileURLToPath(new URL('../../README.md', import.meta.url))
+
+t.test('the README fleet file example loads', async (t) => {
+  const text = readFileSync(README, 'utf8')
+  const section = text.slice(text.indexOf('## The gateway'))
+  const match = /```yaml\n([\s\S]*?)```/.exec(section)
+  t.ok(match, 'the gateway section has a yaml example')
+  const config = parseFleetConfig(match![1]!, {
+    file: 'README.md', isKnownStrategy: hasBalancer, knownStrategies: balancerNames(), strategyOptionProblems: validateBalancerOptions
+  })
+  t.equal(config.inference_servers[0]?.max_in_flight, 8)
+  t.ok(config.models.simple, 'the per-model example is there')
+})

@@ -1,0 +1,123 @@
+/**
+ * A closed-loop load driver for end-to-end tests: `concurrency` clients, each sending its next request as soon as
+ * the previous one is answered, until stopped. Every exchange is recorded (when it was sent and answered, the
+ * status, the `x-flotilla-endpoint` that answered, the body) so a test can ask what happened around an event, such
+ * as a worker being killed. Nothing here throws on a failed request: failures are recorded, for the test to judge.
+ *
+ * Every request carries its own deadline, so stopping the load is bounded even if the gateway never answers.
+ */
+import { performance } from 'node:perf_hooks'
+import { Agent, request, type Dispatcher } from 'undici'
+
+/** One request and what came of it. Times are `performance.now()` milliseconds. */
+export interface Exchange {
+  /** Order in which the requests were sent, from 0. */
+  readonly id: number
+  readonly sentAt: number
+  readonly doneAt: number
+  /** The HTTP status, or 0 when no answer came (see `error`). */
+  readonly status: number
+  /** `x-flotilla-endpoint` of the answer, when it had one. */
+  readonly endpoint: string | undefined
+  readonly body: string
+  /** Why no answer came (connection error, deadline), when none did. */
+  readonly error: string | undefined
+}
+
+/** What to send; the same request every time. */
+export interface RequestSpec {
+  readonly url: string
+  /** JSON text, sent as `application/json`. */
+  readonly body: string
+  /** Deadline for one exchange, in ms. */
+  readonly timeoutMs: number
+}
+
+/** One POST, recorded as an {@link Exchange}; never throws. */
+export async function exchange (spec: RequestSpec, id = 0, dispatcher?: Dispatcher): Promise<Exchange> {
+  const sentAt = performance.now()
+  try {
+    const res = await request(spec.url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: spec.body,
+      signal: AbortSignal.timeout(spec.timeoutMs),
+      ...(dispatcher === undefined ? {} : { dispatcher })
+    })
+    const body = await res.body.text()
+    const endpoint = res.headers['x-flotilla-endpoint']
+    return {
+      id,
+      sentAt,
+      doneAt: performance.now(),
+      status: res.statusCode,
+      endpoint: Array.isArray(endpoint) ? endpoint.join(', ') : endpoint,
+      body,
+      error: undefined
+    }
+  } catch (err) {
+    const e = err as { name?: string, code?: string, message?: string }
+    const error = e.name === 'TimeoutError' ? `no answer within ${spec.timeoutMs} ms` : `${e.code ?? e.name}: ${e.message}`
+    return { id, sentAt, doneAt: performance.now(), status: 0, endpoint: undefined, body: '', error }
+  }
+}
+
+/** A running closed loop. */
+export class ClosedLoop {
+  readonly #spec: RequestSpec
+  readonly #agent: Agent
+  readonly #exchanges: Exchange[] = []
+  readonly #clients: Promise<void>[]
+  #nextId = 0
+  #stopping = false
+  #stopped: Promise<Exchange[]> | undefined
+
+  /**
+   * Starts `concurrency` clients at once.
+   *
+   * @param spec the request every client sends
+   * @param concurrency how many requests are in flight at any time
+   */
+  constructor (spec: RequestSpec, concurrency: number) {
+    this.#spec = spec
+    // Its own connections, one per client, so the load neither shares sockets with nor queues behind the test's
+    // other requests.
+    this.#agent = new Agent({ connections: concurrency })
+    this.#clients = Array.from({ length: concurrency }, () => this.#client())
+  }
+
+  /** Everything answered (or failed) so far, in the order it finished. */
+  get exchanges (): readonly Exchange[] {
+    return this.#exchanges
+  }
+
+  /** How many requests have been sent, answered or not. */
+  get sent (): number {
+    return this.#nextId
+  }
+
+  /**
+   * Sends no more requests, waits for those in flight (each bounded by its deadline), closes the connections.
+   *
+   * Calling it again returns the same promise, so a test can stop the load and also leave it to teardown.
+   *
+   * @returns every exchange, in the order they were sent
+   */
+  stop (): Promise<Exchange[]> {
+    this.#stopped ??= this.#stop()
+    return this.#stopped
+  }
+
+  async #stop (): Promise<Exchange[]> {
+    this.#stopping = true
+    await Promise.all(this.#clients)
+    await this.#agent.close()
+    return [...this.#exchanges].sort((a, b) => a.id - b.id)
+  }
+
+  async #client (): Promise<void> {
+    while (!this.#stopping) {
+      this.#exchanges.push(await exchange(this.#spec, this.#nextId++, this.#agent))
+    }
+  }
+}
