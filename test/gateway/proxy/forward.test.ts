@@ -496,3 +496,30 @@ t.test('sendTo asks one server, with no limit and no retry', async (t) => {
   t.equal(list[0]!.inFlight, 0)
   t.ok(Number.isFinite(list[0]!.latencyMs), 'recent latency is recorded')
 })
+
+t.test('a refused connect is retried even with no retry budget left: it cost no server anything', async (t) => {
+  const [a, b] = endpoints('a', 'b')
+  const calls: string[] = []
+  const pool = fakePool({
+    [a!.origin]: () => ({ error: coded('connect ECONNREFUSED', 'ECONNREFUSED') }),
+    [b!.origin]: () => ({ status: 200, body: 'from b' })
+  }, calls)
+  const { observer, events } = recorder()
+  const forwarder = forwarderWith(pool, { observer, retries: { maxRetries: 2, budgetPercent: 0, minConcurrent: 0, backoffBaseMs: 25, backoffMaxMs: 250 } })
+  const result = await forwarder.forward(endpoints('a', 'b'), target(), REQUEST)
+  t.equal(result.ok && result.endpoint.name, 'b')
+  t.ok(events.includes('retry m connect_failure'))
+  t.equal(forwarder.budget.retries, 0)
+})
+
+t.test('a reset denied by the retry budget says so', async (t) => {
+  const [a, b] = endpoints('a', 'b')
+  const pool = fakePool({
+    [a!.origin]: () => ({ error: coded('read ECONNRESET', 'ECONNRESET') }),
+    [b!.origin]: () => ({ status: 200, body: 'from b' })
+  }, [])
+  const forwarder = forwarderWith(pool, { retries: { maxRetries: 2, budgetPercent: 0, minConcurrent: 0, backoffBaseMs: 0, backoffMaxMs: 0 } })
+  const result = await forwarder.forward(endpoints('a', 'b'), target(), REQUEST)
+  t.equal(!result.ok && result.error.message,
+    "server 'a' failed while answering a request for model 'm': read ECONNRESET (not retried: the retry budget is spent)")
+})
