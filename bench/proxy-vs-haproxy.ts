@@ -25,15 +25,17 @@
  *
  * Prints a table, the gateway/HAProxy ratios, and ends with one JSON line of every figure.
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
-import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import { spawn } from 'node:child_process'
+import { closeSync, existsSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs'
 import { request } from 'node:http'
-import { createConnection, createServer } from 'node:net'
 import { cpus, tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import {
+  CLOCK_TICKS, HOST, cpuTicks, freePort, intEnv, machineTicks, median, printTable, round, selfTicks, stopAll,
+  stopAllOnSignals, track, versionOf, waitForPort
+} from './support.ts'
 
-const HOST = '127.0.0.1'
 const MODEL = 'simple'
 const INFER_PATH = `/v2/models/${MODEL}/infer`
 /** A small KServe v2 JSON tensor request, as a client would send for a 1x4 FP32 input. */
@@ -89,14 +91,6 @@ interface TargetFigures {
   stealPct: number
 }
 
-function intEnv (name: string, fallback: number, min: number): number {
-  const raw = process.env[name]
-  if (raw === undefined || raw === '') return fallback
-  const n = Number(raw)
-  if (!Number.isInteger(n) || n < min) throw new Error(`${name} must be an integer >= ${min}, got '${raw}'`)
-  return n
-}
-
 function readParams (): Params {
   const baselines = (process.env.BENCH_BASELINE_DIST ?? '').split(',').map((s) => s.trim()).filter((s) => s !== '').map((entry) => {
     const eq = entry.indexOf('=')
@@ -122,64 +116,6 @@ function readParams (): Params {
   }
 }
 
-// ---------------------------------------------------------------------------------------------------------------
-// Processes: every child is tracked from spawn, so that any exit path can stop it.
-
-const children = new Set<ChildProcess>()
-
-function track (child: ChildProcess): ChildProcess {
-  children.add(child)
-  child.once('exit', () => children.delete(child))
-  return child
-}
-
-/** Stops one child: SIGTERM, then SIGKILL if it is still there after `graceMs`. */
-async function stop (child: ChildProcess, graceMs = 5000): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
-  child.kill('SIGTERM')
-  const timer = setTimeout(() => child.kill('SIGKILL'), graceMs)
-  await exited
-  clearTimeout(timer)
-}
-
-async function stopAll (): Promise<void> {
-  await Promise.all([...children].map((c) => stop(c)))
-}
-
-/** A port that was free a moment ago (bound to port 0 and released). */
-function freePort (): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer()
-    server.once('error', reject)
-    server.listen(0, HOST, () => {
-      const address = server.address()
-      const port = typeof address === 'object' && address !== null ? address.port : 0
-      server.close(() => resolve(port))
-    })
-  })
-}
-
-function sleep (ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms))
-}
-
-/** Resolves once something accepts connections on `port`; throws after `timeoutMs` or if `child` exits first. */
-async function waitForPort (port: number, child: ChildProcess, what: string, timeoutMs = 10000): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (Date.now() < deadline) {
-    if (child.exitCode !== null || child.signalCode !== null) throw new Error(`${what} exited (${child.exitCode ?? child.signalCode}) before listening on ${port}`)
-    const open = await new Promise<boolean>((resolve) => {
-      const socket = createConnection({ host: HOST, port })
-      socket.once('connect', () => { socket.destroy(); resolve(true) })
-      socket.once('error', () => resolve(false))
-    })
-    if (open) return
-    await sleep(50)
-  }
-  throw new Error(`${what} did not listen on ${port} within ${timeoutMs} ms`)
-}
-
 /** One POST to `port` on a fresh connection: status, the endpoint header and the body. */
 function probe (port: number): Promise<{ status: number, endpoint: string | undefined, body: string }> {
   return new Promise((resolve, reject) => {
@@ -199,50 +135,6 @@ function probe (port: number): Promise<{ status: number, endpoint: string | unde
     req.on('error', reject)
     req.end(REQUEST_BODY)
   })
-}
-
-/** CPU time (user + system, in clock ticks) of `pid` and its direct children, from /proc. */
-function cpuTicks (pid: number | undefined): number {
-  if (pid === undefined) return 0
-  let total = 0
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue
-    let stat: string
-    try {
-      stat = readFileSync(`/proc/${entry}/stat`, 'utf8')
-    } catch {
-      continue // exited meanwhile
-    }
-    // Fields after the parenthesised command name: state(3) ppid(4) ... utime(14) stime(15).
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-    const self = Number(entry) === pid
-    if (self || Number(fields[1]) === pid) total += Number(fields[11]) + Number(fields[12])
-  }
-  return total
-}
-
-const CLOCK_TICKS = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100
-
-/** This process's CPU time and that of its children it has reaped (wrk, once it exited), in clock ticks. */
-function selfTicks (): number {
-  const stat = readFileSync('/proc/self/stat', 'utf8')
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-  // utime(14) stime(15) cutime(16) cstime(17), counted from state(3).
-  return Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])
-}
-
-/** Whole-machine busy and steal time, in clock ticks summed over all CPUs (from /proc/stat). */
-function machineTicks (): { busy: number, steal: number, total: number } {
-  const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number)
-  // user nice system idle iowait irq softirq steal
-  const [user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0] = fields
-  return { busy: user + nice + system + irq + softirq, steal, total: user + nice + system + idle + iowait + irq + softirq + steal }
-}
-
-function versionOf (command: string, args: string[], pattern: RegExp): string {
-  const out = spawnSync(command, args, { encoding: 'utf8' })
-  if (out.error !== undefined) throw new Error(`${command} is not installed (apt-get install -y haproxy nginx wrk): ${out.error.message}`)
-  return pattern.exec(`${out.stdout}${out.stderr}`)?.[1] ?? 'unknown'
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -383,17 +275,6 @@ async function runWrk (params: Params, script: string, port: number, seconds: nu
   return JSON.parse(line.slice('WRK_JSON '.length)) as WrkResult
 }
 
-function median (values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b)
-  const mid = Math.floor(sorted.length / 2)
-  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2
-}
-
-function round (n: number, digits: number): number {
-  const f = 10 ** digits
-  return Math.round(n * f) / f
-}
-
 // ---------------------------------------------------------------------------------------------------------------
 
 interface Started { port: number, pid: number | undefined }
@@ -521,10 +402,9 @@ async function main (): Promise<void> {
     const header = ['target', 'rps', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'errors', 'cpu %', 'other %', 'steal %']
     const table = [header, ...rows.map(([t, f]) => [t, String(f.rps), f.p50Ms.toFixed(2), f.p90Ms.toFixed(2), f.p99Ms.toFixed(2),
       f.maxMs.toFixed(1), String(f.errors), String(f.cpuPct), String(f.otherCpuPct), String(f.stealPct)])]
-    const widths = header.map((_, i) => Math.max(...table.map((row) => row[i]!.length)))
     console.log(`\nproxy-vs-haproxy: POST ${INFER_PATH}, ${params.connections} connections, ${params.threads} wrk threads, ` +
       `${params.durationS} s measured after ${params.warmupS} s warm-up, ${params.rounds} round(s); ${machine.cpus} x ${machine.cpuModel}, node ${machine.node}`)
-    for (const row of table) console.log(row.map((cell, i) => i === 0 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!)).join('  '))
+    printTable(table)
 
     const gw = results.gateway
     const ha = results.haproxy
@@ -556,14 +436,7 @@ async function main (): Promise<void> {
 }
 
 // Ctrl-C or a kill: stop what was started, remove the scratch folder, then leave with the conventional status.
-for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-  process.once(signal, () => {
-    stopAll().finally(() => {
-      cleanupDir()
-      process.exit(130)
-    })
-  })
-}
+stopAllOnSignals(() => cleanupDir())
 
 main().catch(async (err: unknown) => {
   console.error(err instanceof Error ? err.message : err)

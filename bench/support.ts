@@ -1,0 +1,190 @@
+/**
+ * What the process-driving benchmarks (`proxy-vs-haproxy`, `routing-quality`) share: reading parameters from the
+ * environment, starting and always stopping child processes, waiting for ports with a time limit, the CPU
+ * accounting behind their `cpu %`, `other %` and `steal %` columns, and printing a table. Everything listens on
+ * 127.0.0.1 only.
+ *
+ * The child registry is module state on purpose: a benchmark is one process, and every exit path (the end of
+ * `main`, a failure, Ctrl-C) has to reach every child it started, wherever it was started from.
+ */
+import { spawnSync, type ChildProcess } from 'node:child_process'
+import { readFileSync, readdirSync } from 'node:fs'
+import { createConnection, createServer } from 'node:net'
+
+/** The only address the benchmarks listen on or connect to. */
+export const HOST = '127.0.0.1'
+
+/**
+ * An integer from the environment, or `fallback` when unset or empty.
+ *
+ * @throws Error naming the variable when the value is not an integer >= `min`
+ */
+export function intEnv (name: string, fallback: number, min: number): number {
+  const raw = process.env[name]
+  if (raw === undefined || raw === '') return fallback
+  const n = Number(raw)
+  if (!Number.isInteger(n) || n < min) throw new Error(`${name} must be an integer >= ${min}, got '${raw}'`)
+  return n
+}
+
+/**
+ * A number from the environment, or `fallback` when unset or empty.
+ *
+ * @throws Error naming the variable when the value is not a finite number in [`min`, `max`]
+ */
+export function numberEnv (name: string, fallback: number, min: number, max = Number.MAX_VALUE): number {
+  const raw = process.env[name]
+  if (raw === undefined || raw === '') return fallback
+  const n = Number(raw)
+  if (!Number.isFinite(n) || n < min || n > max) {
+    throw new Error(`${name} must be a number in [${min}, ${max === Number.MAX_VALUE ? '∞' : max}], got '${raw}'`)
+  }
+  return n
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Processes: every child is tracked from spawn, so that any exit path can stop it.
+
+const children = new Set<ChildProcess>()
+
+/** Registers `child` so that {@link stopAll} stops it; returns it, for `track(spawn(...))`. */
+export function track (child: ChildProcess): ChildProcess {
+  children.add(child)
+  child.once('exit', () => children.delete(child))
+  return child
+}
+
+/** Stops one child: SIGTERM, then SIGKILL if it is still there after `graceMs`. */
+export async function stop (child: ChildProcess, graceMs = 5000): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
+  child.kill('SIGTERM')
+  const timer = setTimeout(() => child.kill('SIGKILL'), graceMs)
+  await exited
+  clearTimeout(timer)
+}
+
+/** Stops every tracked child that is still running. */
+export async function stopAll (): Promise<void> {
+  await Promise.all([...children].map((c) => stop(c)))
+}
+
+/**
+ * On Ctrl-C or a kill: stop every tracked child, run `cleanup` (remove the scratch folder), then leave with the
+ * conventional status. `cleanup` is called at signal time, so it may be replaced after this is installed.
+ */
+export function stopAllOnSignals (cleanup: () => void): void {
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      stopAll().finally(() => {
+        cleanup()
+        process.exit(130)
+      })
+    })
+  }
+}
+
+/** A port that was free a moment ago (bound to port 0 and released). */
+export function freePort (): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer()
+    server.once('error', reject)
+    server.listen(0, HOST, () => {
+      const address = server.address()
+      const port = typeof address === 'object' && address !== null ? address.port : 0
+      server.close(() => resolve(port))
+    })
+  })
+}
+
+/** Resolves after `ms` milliseconds. */
+export function sleep (ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms))
+}
+
+/** Resolves once something accepts connections on `port`; throws after `timeoutMs` or if `child` exits first. */
+export async function waitForPort (port: number, child: ChildProcess, what: string, timeoutMs = 10000): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null || child.signalCode !== null) throw new Error(`${what} exited (${child.exitCode ?? child.signalCode}) before listening on ${port}`)
+    const open = await new Promise<boolean>((resolve) => {
+      const socket = createConnection({ host: HOST, port })
+      socket.once('connect', () => { socket.destroy(); resolve(true) })
+      socket.once('error', () => resolve(false))
+    })
+    if (open) return
+    await sleep(50)
+  }
+  throw new Error(`${what} did not listen on ${port} within ${timeoutMs} ms`)
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// CPU accounting, from /proc.
+
+/** CPU time (user + system, in clock ticks) of `pid` and its direct children, from /proc. */
+export function cpuTicks (pid: number | undefined): number {
+  if (pid === undefined) return 0
+  let total = 0
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue
+    let stat: string
+    try {
+      stat = readFileSync(`/proc/${entry}/stat`, 'utf8')
+    } catch {
+      continue // exited meanwhile
+    }
+    // Fields after the parenthesised command name: state(3) ppid(4) ... utime(14) stime(15).
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    const self = Number(entry) === pid
+    if (self || Number(fields[1]) === pid) total += Number(fields[11]) + Number(fields[12])
+  }
+  return total
+}
+
+/** Clock ticks per second, the unit of every figure /proc gives. */
+export const CLOCK_TICKS = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100
+
+/** This process's CPU time and that of its children it has reaped (a load generator, once it exited), in clock ticks. */
+export function selfTicks (): number {
+  const stat = readFileSync('/proc/self/stat', 'utf8')
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+  // utime(14) stime(15) cutime(16) cstime(17), counted from state(3).
+  return Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])
+}
+
+/** Whole-machine busy and steal time, in clock ticks summed over all CPUs (from /proc/stat). */
+export function machineTicks (): { busy: number, steal: number, total: number } {
+  const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number)
+  // user nice system idle iowait irq softirq steal
+  const [user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0] = fields
+  return { busy: user + nice + system + irq + softirq, steal, total: user + nice + system + idle + iowait + irq + softirq + steal }
+}
+
+/** The version `command` prints, by `pattern`'s first group; throws, with the apt-get line, when it is missing. */
+export function versionOf (command: string, args: string[], pattern: RegExp): string {
+  const out = spawnSync(command, args, { encoding: 'utf8' })
+  if (out.error !== undefined) throw new Error(`${command} is not installed (apt-get install -y haproxy nginx wrk): ${out.error.message}`)
+  return pattern.exec(`${out.stdout}${out.stderr}`)?.[1] ?? 'unknown'
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Figures.
+
+/** The median of `values` (the mean of the middle two for an even count); `values` is not reordered. */
+export function median (values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b)
+  const mid = Math.floor(sorted.length / 2)
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2
+}
+
+/** `n` rounded to `digits` decimals, for figures in tables and JSON. */
+export function round (n: number, digits: number): number {
+  const f = 10 ** digits
+  return Math.round(n * f) / f
+}
+
+/** Prints rows of cells as aligned columns: the first column left-aligned, the others right-aligned. */
+export function printTable (table: ReadonlyArray<readonly string[]>): void {
+  const widths = (table[0] ?? []).map((_, i) => Math.max(...table.map((row) => (row[i] ?? '').length)))
+  for (const row of table) console.log(row.map((cell, i) => i === 0 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!)).join('  '))
+}
