@@ -19,6 +19,7 @@
  * Poisson process. Why bursts at all: a steady Poisson load at 60-75% of capacity hides what a strategy does when
  * demand briefly exceeds it, which is where routing decides the tail.
  */
+import { seededRandom } from '../common/seeded-random.ts'
 
 /** The load's shape; every field is validated by {@link arrivalSchedule}. */
 export interface ArrivalShape {
@@ -32,18 +33,6 @@ export interface ArrivalShape {
   readonly periodMs: number
   /** Seeds the arrival times: the same shape and seed give the same schedule on every run. */
   readonly seed: number
-}
-
-/** mulberry32: a small seeded generator, uniform in [0, 1), so a schedule is reproducible across runs and machines. */
-export function seededRandom (seed: number): () => number {
-  let state = seed >>> 0
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0
-    let z = state
-    z = Math.imul(z ^ (z >>> 15), z | 1)
-    z ^= z + Math.imul(z ^ (z >>> 7), z | 61)
-    return ((z ^ (z >>> 14)) >>> 0) / 4294967296
-  }
 }
 
 /** The arrival rates (per second) inside and outside a burst. */

@@ -16,6 +16,7 @@
  * Prints one line per case and ends with one JSON line of every figure (ns per pick).
  */
 import { performance } from 'node:perf_hooks'
+import { seededRandom } from '../common/seeded-random.ts'
 import { balancerNames, createBalancer } from '../gateway/balancer/registry.ts'
 import { type Balancer, type Endpoint, type PickContext } from '../gateway/balancer/types.ts'
 import { Fleet } from '../gateway/fleet/fleet.ts'
@@ -29,18 +30,6 @@ const CONTEXTS = 1024
 function intFromEnv (name: string, fallback: number): number {
   const value = Number.parseInt(process.env[name] ?? '', 10)
   return Number.isFinite(value) && value > 0 ? value : fallback
-}
-
-/** mulberry32: a seeded random, so every run sees the same inputs. */
-function seeded (seed: number): () => number {
-  let state = seed >>> 0
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0
-    let z = state
-    z = Math.imul(z ^ (z >>> 15), z | 1)
-    z ^= z + Math.imul(z ^ (z >>> 7), z | 61)
-    return ((z ^ (z >>> 14)) >>> 0) / 4294967296
-  }
 }
 
 function fleetOf (n: number, rand: () => number): readonly Endpoint[] {
@@ -102,10 +91,10 @@ console.log(['strategy'.padEnd(18), ...SIZES.map((n) => `n=${n}`.padStart(10))].
 for (const name of ['baseline', ...STRATEGIES]) {
   const row: Record<string, number> = {}
   for (const n of SIZES) {
-    const rand = seeded(n)
+    const rand = seededRandom(n)
     const endpoints = fleetOf(n, rand)
     const contexts = contextsFor(endpoints, rand)
-    const balancer = name === 'baseline' ? baseline : createBalancer(name, { now: () => 1, random: seeded(7) })
+    const balancer = name === 'baseline' ? baseline : createBalancer(name, { now: () => 1, random: seededRandom(7) })
     row[String(n)] = Math.round(measure(balancer, endpoints, contexts) * 10) / 10
   }
   results[name] = row
