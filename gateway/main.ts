@@ -15,8 +15,9 @@ import { Fleet } from './fleet/fleet.ts'
 import { FleetHealth } from './health/fleet-health.ts'
 import { createHttpProbe } from './health/http-probe.ts'
 import { type Timers } from './health/types.ts'
-import { Forwarder } from './proxy/forward.ts'
+import { Forwarder, REAL_TIMERS } from './proxy/forward.ts'
 import { ModelPolicies } from './proxy/model-policy.ts'
+import { retrySettingsOf } from './proxy/retry-policy.ts'
 import { UpstreamPool, type PoolFactory } from './proxy/upstream-pool.ts'
 import { buildGatewayHttp } from './server/http.ts'
 import { GatewayMetrics } from './server/metrics.ts'
@@ -112,23 +113,12 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
   })
   const fleet = Fleet.fromConfig(config, { usable: fleetHealth.usable })
   fleetHealth.attach(fleet)
-  const retries = config.retries
   const forwarder = new Forwarder({
     pool,
-    retries: {
-      maxRetries: retries.max_retries,
-      budgetPercent: retries.budget_percent,
-      minConcurrent: retries.min_concurrent,
-      backoffBaseMs: retries.backoff_base_ms,
-      backoffMaxMs: retries.backoff_max_ms
-    },
+    retries: retrySettingsOf(config.retries),
     admission: { maxQueued: settings.max_queued_requests, queueTimeoutMs: settings.queue_timeout_ms },
     // Request deadlines must not be unref'd, unlike health timers: they end requests a listener is serving.
-    timers: {
-      now: deps.now,
-      setTimeout: (fn, ms) => setTimeout(fn, ms),
-      clearTimeout: (handle) => { clearTimeout(handle as NodeJS.Timeout) }
-    },
+    timers: { ...REAL_TIMERS, now: deps.now },
     random: deps.random,
     observer: {
       attempt: (endpoint, status, queueDepth) => { fleetHealth.record(endpoint, status, queueDepth) },

@@ -28,6 +28,7 @@ import { errors, type Dispatcher } from 'undici'
 import { createError, type FlotillaError, wrapError } from '../../common/errors.ts'
 import { parseQueueDepth, QUEUE_DEPTH_HEADER } from '../../common/protocol/headers.ts'
 import { type Balancer, type PickContext } from '../balancer/types.ts'
+import { DEFAULT_MAX_QUEUED_REQUESTS, DEFAULT_QUEUE_TIMEOUT_MS } from '../fleet/fleet-config.ts'
 import { type Endpoint, LATENCY_EWMA_WEIGHT } from '../fleet/types.ts'
 import { type Timers } from '../health/types.ts'
 import { type AbortSignalLike, Admission, hasRoom, type AdmissionSettings, type WaitResult } from './admission.ts'
@@ -206,9 +207,14 @@ export interface ForwarderOptions {
   observer?: ForwardObserver
 }
 
-export const DEFAULT_ADMISSION: AdmissionSettings = Object.freeze({ maxQueued: 1024, queueTimeoutMs: 5000 })
+/** The fleet file's defaults for `gateway.max_queued_requests` and `gateway.queue_timeout_ms`. */
+export const DEFAULT_ADMISSION: AdmissionSettings = Object.freeze({
+  maxQueued: DEFAULT_MAX_QUEUED_REQUESTS,
+  queueTimeoutMs: DEFAULT_QUEUE_TIMEOUT_MS
+})
 
-const realTimers: Timers = {
+/** Node's timers on `performance.now()`: the forwarder's default; request deadlines are never unref'd. */
+export const REAL_TIMERS: Timers = {
   now: () => performance.now(),
   setTimeout: (fn, ms) => setTimeout(fn, ms),
   clearTimeout: (handle) => { clearTimeout(handle as NodeJS.Timeout) }
@@ -241,7 +247,7 @@ export class Forwarder {
   constructor (options: ForwarderOptions) {
     this.#pool = options.pool
     this.#retries = options.retries ?? DEFAULT_RETRY_SETTINGS
-    this.#timers = options.timers ?? realTimers
+    this.#timers = options.timers ?? REAL_TIMERS
     this.#random = options.random ?? Math.random
     this.#observer = options.observer ?? {}
     this.#admissionSettings = options.admission ?? DEFAULT_ADMISSION

@@ -18,6 +18,8 @@
  * reached a server, and the next server is a different one.
  */
 
+import { DEFAULT_RETRY_SETTINGS as DEFAULT_RETRY_CONFIG, type RetryConfig } from '../fleet/fleet-config.ts'
+
 /** Retry settings, from the fleet file's `retries` section. */
 export interface RetrySettings {
   /** Most retries per request (0: none). */
@@ -30,14 +32,19 @@ export interface RetrySettings {
   readonly backoffMaxMs: number
 }
 
-/** Envoy's defaults, with the issue's two retries. */
-export const DEFAULT_RETRY_SETTINGS: RetrySettings = Object.freeze({
-  maxRetries: 2,
-  budgetPercent: 20,
-  minConcurrent: 3,
-  backoffBaseMs: 25,
-  backoffMaxMs: 250
-})
+/** The fleet file's `retries` section as the proxy takes it. */
+export function retrySettingsOf (config: RetryConfig): RetrySettings {
+  return Object.freeze({
+    maxRetries: config.max_retries,
+    budgetPercent: config.budget_percent,
+    minConcurrent: config.min_concurrent,
+    backoffBaseMs: config.backoff_base_ms,
+    backoffMaxMs: config.backoff_max_ms
+  })
+}
+
+/** The fleet file's defaults (Envoy's, with the issue's two retries), defined once there. */
+export const DEFAULT_RETRY_SETTINGS: RetrySettings = retrySettingsOf(DEFAULT_RETRY_CONFIG)
 
 /** Why a request was tried again; a metric label. */
 export type RetryCause = 'connect_failure' | 'reset' | 'unavailable'
