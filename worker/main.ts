@@ -7,12 +7,15 @@ import { resolve } from 'node:path'
 import { closeServer, listen, listenServer, originOf } from '../common/http-server.ts'
 import { createLogger, type Logger } from '../common/logger.ts'
 import { ModelRepository } from './repository/model-repository.ts'
+import { DrainTracker } from './server/drain.ts'
 import { WorkerMetrics } from './server/metrics.ts'
 import { buildWorkerHttp } from './server/http.ts'
 
 export const DEFAULT_WORKER_HTTP_PORT = 8000
 export const DEFAULT_WORKER_METRICS_PORT = 8002
 export const DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+export const DEFAULT_SHUTDOWN_QUIET_MS = 300
+export const DEFAULT_DRAIN_TIMEOUT_MS = 30_000
 
 export interface WorkerOptions {
   modelRepository: string
@@ -22,6 +25,17 @@ export interface WorkerOptions {
   /** 0 binds an ephemeral port; -1 disables the metrics listener. */
   metricsPort?: number
   maxBodyBytes?: number
+  /**
+   * On {@link RunningWorker.close}, the draining phase ends once no request has been in progress and none has
+   * arrived for this many milliseconds (default 300): long enough for a gateway that is about to send one more
+   * request to send it, or to see the draining header or the failing readiness check first.
+   */
+  shutdownQuietMs?: number
+  /**
+   * The draining phase ends at the latest this many milliseconds after {@link RunningWorker.close} began (default
+   * 30 000), whatever is still in progress; requests still running then are waited for all the same.
+   */
+  drainTimeoutMs?: number
   logger?: Logger
   random?: () => number
 }
@@ -32,13 +46,21 @@ export interface RunningWorker {
   readonly url: string
   readonly repository: ModelRepository
   /**
-   * Graceful stop: refuse new requests (503) and report not-ready, let queued and executing requests finish,
-   * unload models. (A drain window before refusing, for gateways to notice, comes with runtime fleet operations.)
+   * Graceful stop, so that a gateway in front loses no request. First the draining phase: `/v2/health/ready`
+   * answers 400 at once and every response from then on (those of requests already in flight included) carries
+   * `x-flotilla-draining: 1` (WORKER_DRAINING_HEADER in common/protocol/headers.ts), while the worker keeps serving
+   * everything that reaches it, new requests included. It ends when no request is in progress and none has arrived
+   * for {@link WorkerOptions.shutdownQuietMs}, or {@link WorkerOptions.drainTimeoutMs} after close() began,
+   * whichever comes first. Then the listener closes (new requests get 503, those still running finish), the models
+   * are unloaded and the metrics listener closes. With no traffic it resolves after about `shutdownQuietMs`.
+   * Repeated calls return the same promise; once it resolves no timer or socket of the worker is left.
    */
   close (): Promise<void>
 }
 
 export async function startWorker (options: WorkerOptions): Promise<RunningWorker> {
+  const shutdownQuietMs = milliseconds('shutdownQuietMs', options.shutdownQuietMs, DEFAULT_SHUTDOWN_QUIET_MS)
+  const drainTimeoutMs = milliseconds('drainTimeoutMs', options.drainTimeoutMs, DEFAULT_DRAIN_TIMEOUT_MS)
   const host = options.host ?? '127.0.0.1'
   const logger = options.logger ?? createLogger({ bindings: { component: 'worker' } })
   const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
@@ -49,9 +71,9 @@ export async function startWorker (options: WorkerOptions): Promise<RunningWorke
   })
   await repository.loadAll()
 
-  let accepting = true
+  const drain = new DrainTracker()
   const metrics = new WorkerMetrics(() => repository.pendingRequests())
-  const app = buildWorkerHttp({ repository, metrics, logger, bodyLimit: maxBodyBytes, isAccepting: () => accepting })
+  const app = buildWorkerHttp({ repository, metrics, logger, bodyLimit: maxBodyBytes, drain })
   let metricsServer: Server | undefined
   /**
    * fastify's close waits for in-flight requests (return503OnClosing refuses new ones meanwhile); only then are
@@ -88,10 +110,20 @@ export async function startWorker (options: WorkerOptions): Promise<RunningWorke
     repository,
     close () {
       closing ??= (async () => {
-        accepting = false
+        logger.info({ inFlight: drain.inFlight, shutdownQuietMs, drainTimeoutMs }, 'draining: reporting not-ready, still serving')
+        const end = await drain.drain({ quietMs: shutdownQuietMs, timeoutMs: drainTimeoutMs, pending: () => repository.pendingRequests() })
+        logger.info({ reason: end.reason, inFlight: end.inFlight, durationMs: Math.round(end.durationMs) },
+          end.reason === 'quiet' ? 'drained: closing' : 'drain timed out: closing, still waiting for the requests in flight')
         await teardown()
       })()
       return closing
     }
   }
+}
+
+function milliseconds (name: string, value: number | undefined, fallback: number): number {
+  if (value === undefined) return fallback
+  // A programming error in the embedding code, not an operational one: thrown like Node's own option checks.
+  if (!Number.isFinite(value) || value < 0) throw new RangeError(`${name} must be a non-negative number of milliseconds, got ${value}`)
+  return value
 }

@@ -8,3 +8,10 @@ export function parseQueueDepth (value: string | string[] | undefined): number |
   if (typeof value !== 'string' || !/^[0-9]{1,9}$/.test(value)) return undefined
   return Number(value)
 }
+
+/**
+ * Set (to `1`) on every response of a worker that is shutting down: it still serves what reaches it, but wants no
+ * more. A gateway that sees it takes the worker out of rotation at once, without waiting for its health checks to
+ * fail (Envoy's `x-envoy-immediate-health-check-fail`).
+ */
+export const WORKER_DRAINING_HEADER = 'x-flotilla-draining'

@@ -13,6 +13,7 @@ import { FLOTILLA_VERSION } from '../../common/version.ts'
 import { validateInferRequest } from '../inference/validate-request.ts'
 import { configDataTypeToProtocol, modelConfigToJson } from '../repository/model-config.ts'
 import { type LoadedVersion, type ModelRepository } from '../repository/model-repository.ts'
+import { type DrainTracker } from './drain.ts'
 import { type WorkerMetrics } from './metrics.ts'
 
 export interface WorkerHttpOptions {
@@ -21,8 +22,11 @@ export interface WorkerHttpOptions {
   logger: Logger
   /** Largest request body, in bytes (default 64 MiB, as Triton's --http-max-input-size). */
   bodyLimit: number
-  /** False once the worker is shutting down: ready turns 400 so gateways stop sending. */
-  isAccepting: () => boolean
+  /**
+   * Counts the requests and marks the responses once the worker is shutting down (worker/server/drain.ts); from
+   * then on ready answers 400, so that gateways stop sending.
+   */
+  drain: DrainTracker
   now?: () => bigint
 }
 
@@ -39,6 +43,8 @@ export function buildWorkerHttp (options: WorkerHttpOptions): FastifyInstance {
     logger: options.logger, bodyLimit: options.bodyLimit, bodyLimitSetting: 'the worker flag --max-body-bytes'
   })
 
+  options.drain.track(app.server)
+
   app.addHook('onSend', async (_request, reply) => {
     reply.header(QUEUE_DEPTH_HEADER, repository.pendingRequests())
   })
@@ -50,7 +56,7 @@ export function buildWorkerHttp (options: WorkerHttpOptions): FastifyInstance {
 
   route(app, 'GET', '/v2/health/live', async (_req, reply) => reply.code(200).send())
   route(app, 'GET', '/v2/health/ready', async (_req, reply) => {
-    return reply.code(options.isAccepting() && repository.isReady() ? 200 : 400).send()
+    return reply.code(!options.drain.draining && repository.isReady() ? 200 : 400).send()
   })
   route(app, 'GET', '/v2', async (_req, reply) => {
     return reply.type('application/json').send(JSON.stringify({ name: 'flotilla', version: FLOTILLA_VERSION, extensions: EXTENSIONS }))

@@ -8,7 +8,8 @@ import { identityConfig } from '../../helpers/model-repo.ts'
 const DEMO_MODELS = fileURLToPath(new URL('../../../config/models', import.meta.url))
 
 async function worker (tt: Test, modelRepository: string, extra: { maxBodyBytes?: number } = {}): Promise<RunningWorker> {
-  const w = await startWorker({ modelRepository, httpPort: 0, metricsPort: 0, logger: silentLogger(), ...extra })
+  // No drain to wait for in these tests' teardown (shutdown.test.ts covers it).
+  const w = await startWorker({ modelRepository, httpPort: 0, metricsPort: 0, logger: silentLogger(), shutdownQuietMs: 0, ...extra })
   tt.teardown(() => w.close())
   return w
 }
