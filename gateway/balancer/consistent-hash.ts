@@ -38,6 +38,7 @@
  * keyless requests spread in proportion to weight and still respect the bound, rather than all landing on the
  * endpoint that owns the hash of the empty string.
  */
+import { fmix32 } from '../../common/hash.ts'
 import { scanCopy } from './copy.ts'
 import { checkedOptions, DEFAULT_HASH_BALANCE_FACTOR, type BalancerOptionKey } from './options.ts'
 import { type Balancer, type BalancerDeps, type BalancerOptions, type Endpoint, type PickContext } from './types.ts'
@@ -77,16 +78,6 @@ export function hash32 (key: string): number {
     h = Math.imul(h ^ (unit >>> 8), 0x01000193)
   }
   return fmix32(h)
-}
-
-/** MurmurHash3's finaliser: every input bit moves every output bit, so nearby inputs land far apart. */
-function fmix32 (h: number): number {
-  h ^= h >>> 16
-  h = Math.imul(h, 0x85ebca6b)
-  h ^= h >>> 13
-  h = Math.imul(h, 0xc2b2ae35)
-  h ^= h >>> 16
-  return h >>> 0
 }
 
 /**
