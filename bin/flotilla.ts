@@ -4,12 +4,14 @@
  * this process), `gateway` and `worker` run one tier each. Flags override the files they point at.
  */
 import { fork, type ChildProcess } from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import { dirname, isAbsolute, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { createError, isFlotillaError } from '../common/errors.ts'
 import { createLogger, type Logger } from '../common/logger.ts'
 import { FLOTILLA_VERSION } from '../common/version.ts'
+import { runFleetCommand } from '../gateway/admin/fleet-cli.ts'
 import { type FleetConfig } from '../gateway/fleet/fleet-config.ts'
 import { loadGatewayConfig, startGateway } from '../gateway/main.ts'
 import { DEFAULT_MAX_BODY_BYTES, startWorker } from '../worker/main.ts'
@@ -22,21 +24,24 @@ const DEFAULT_FLEET = join(PACKAGE_ROOT, 'config', 'fleet.yaml')
 const USAGE = `flotilla ${FLOTILLA_VERSION}: an inference gateway and worker fleet (KServe v2 / Triton HTTP)
 
 Usage:
-  flotilla start   [--config FILE] [--host H] [--http-port N] [--metrics-port N] [--worker-ports N,N|0]
-  flotilla gateway --config FILE [--host H] [--http-port N] [--metrics-port N]
+  flotilla start   [--config FILE] [--host H] [--http-port N] [--metrics-port N] [--admin-port N] [--worker-ports N,N|0]
+  flotilla gateway --config FILE [--host H] [--http-port N] [--metrics-port N] [--admin-port N]
   flotilla worker  --model-repository DIR [--host H] [--http-port N] [--metrics-port N] [--max-body-bytes N]
+  flotilla fleet   list|add|drain|undrain|remove|weight|canary ... [--admin URL] [--token-file F]
   flotilla --help | --version
 
 Commands:
   start     The demo fleet on this machine: one worker per server of the fleet file (default
             config/fleet.yaml), serving its model_repository, and the gateway in front of them.
             --worker-ports 0 puts every worker on a free port; a list sets them in order.
-  gateway   The routing tier, from a fleet file (ports default to its 'gateway' section, else 8000/8002).
+  gateway   The routing tier, from a fleet file (ports default to its 'gateway' section, else 8000/8002,
+            admin API on 127.0.0.1:9000). It reloads the file when it changes, and on SIGHUP.
+  fleet     Changes a running fleet through the gateway's admin API ('flotilla fleet --help').
   worker    A worker serving a Triton-style model repository (ports default to 8000/8002, as Triton).
 
 Common flags:
   --log-level LEVEL   trace, debug, info, warn, error, fatal or silent (default: $LOG_LEVEL, else info)
-  --metrics-port -1   turns the metrics listener off (port 0 picks a free port)
+  --metrics-port -1   turns the metrics listener off (port 0 picks a free port); --admin-port -1 likewise
 `
 
 const options = {
@@ -47,6 +52,7 @@ const options = {
   host: { type: 'string' },
   'http-port': { type: 'string' },
   'metrics-port': { type: 'string' },
+  'admin-port': { type: 'string' },
   'worker-ports': { type: 'string' },
   'max-body-bytes': { type: 'string' },
   'log-level': { type: 'string' }
@@ -55,8 +61,8 @@ const options = {
 type Flags = ReturnType<typeof parseArgs<{ options: typeof options, allowPositionals: true }>>['values']
 
 const ALLOWED: Record<string, ReadonlyArray<keyof Flags>> = {
-  start: ['config', 'host', 'http-port', 'metrics-port', 'worker-ports', 'log-level'],
-  gateway: ['config', 'host', 'http-port', 'metrics-port', 'log-level'],
+  start: ['config', 'host', 'http-port', 'metrics-port', 'admin-port', 'worker-ports', 'log-level'],
+  gateway: ['config', 'host', 'http-port', 'metrics-port', 'admin-port', 'log-level'],
   worker: ['model-repository', 'host', 'http-port', 'metrics-port', 'max-body-bytes', 'log-level']
 }
 
@@ -66,7 +72,7 @@ function usage (message: string): never {
   throw createError('CLI_ERR_USAGE', `${message}\nRun 'flotilla --help' for usage.`)
 }
 
-function port (flags: Flags, name: 'http-port' | 'metrics-port', min = 0): number | undefined {
+function port (flags: Flags, name: 'http-port' | 'metrics-port' | 'admin-port', min = 0): number | undefined {
   const raw = flags[name]
   if (raw === undefined) return undefined
   const n = Number(raw)
@@ -129,15 +135,20 @@ async function runGateway (flags: Flags, logger: Logger): Promise<void> {
   const config = loadGatewayConfig(file)
   const httpPort = port(flags, 'http-port')
   const metricsPort = port(flags, 'metrics-port', -1)
+  const adminPort = port(flags, 'admin-port', -1)
   const gateway = await startGateway({
     config,
+    configPath: file,
     logger,
     ...(flags.host !== undefined ? { host: flags.host } : {}),
     ...(httpPort !== undefined ? { httpPort } : {}),
-    ...(metricsPort !== undefined ? { metricsPort } : {})
+    ...(metricsPort !== undefined ? { metricsPort } : {}),
+    ...(adminPort !== undefined ? { adminPort } : {})
   })
   shutdown = () => gateway.close()
-  announce({ role: 'gateway', httpPort: gateway.httpPort, metricsPort: gateway.metricsPort, url: gateway.url })
+  // nginx's habit: SIGHUP re-reads the configuration (the file is watched too, unless gateway.watch is false).
+  process.on('SIGHUP', () => { gateway.reload().catch(() => {}) })
+  announce({ role: 'gateway', httpPort: gateway.httpPort, metricsPort: gateway.metricsPort, adminPort: gateway.adminPort, url: gateway.url })
 }
 
 const LOOPBACK = /^(127\.[0-9.]+|localhost|::1|\[::1\])$/
@@ -224,14 +235,17 @@ async function runStart (flags: Flags, logger: Logger): Promise<void> {
   }
   const httpPort = port(flags, 'http-port')
   const metricsPort = port(flags, 'metrics-port', -1)
+  const adminPort = port(flags, 'admin-port', -1)
   let gateway
   try {
+    // No configPath: the workers' ports were chosen here, so the file on disk no longer describes this fleet.
     gateway = await startGateway({
       config,
       logger,
       ...(flags.host !== undefined ? { host: flags.host } : {}),
       ...(httpPort !== undefined ? { httpPort } : {}),
-      ...(metricsPort !== undefined ? { metricsPort } : {})
+      ...(metricsPort !== undefined ? { metricsPort } : {}),
+      ...(adminPort !== undefined ? { adminPort } : {})
     })
   } catch (err) {
     await stopChildren()
@@ -244,13 +258,14 @@ async function runStart (flags: Flags, logger: Logger): Promise<void> {
     '',
     'Flotilla demo fleet is up.',
     `  gateway   ${g.url}${g.metricsPort >= 0 ? `   metrics http://127.0.0.1:${g.metricsPort}/metrics` : ''}`,
+    ...(g.adminPort >= 0 ? [`  admin     http://127.0.0.1:${g.adminPort}   (flotilla fleet list${g.adminPort === 9000 ? '' : ` --admin http://127.0.0.1:${g.adminPort}`})`] : []),
     ...servers.map((s, i) => `  worker    ${s.name.padEnd(10)} ${started[i]!.ready.url}   models: ${s.models.join(', ')}`),
     `Try:  curl -s ${g.url}/v2/models/simple`,
     'Stop: Ctrl-C',
     ''
   ]
   process.stdout.write(lines.join('\n') + '\n')
-  announce({ role: 'gateway', httpPort: g.httpPort, metricsPort: g.metricsPort, url: g.url })
+  announce({ role: 'gateway', httpPort: g.httpPort, metricsPort: g.metricsPort, adminPort: g.adminPort, url: g.url })
 }
 
 /** parseArgs reads `--metrics-port -1` as two options; join a value-taking flag with a negative number after it. */
@@ -271,6 +286,17 @@ function joinNegativeValues (argv: readonly string[]): string[] {
 }
 
 async function main (argv: string[]): Promise<void> {
+  // `fleet` is a client of a running gateway, with flags of its own.
+  if (argv[0] === 'fleet') {
+    process.exitCode = await runFleetCommand(argv.slice(1), {
+      stdout: process.stdout,
+      stderr: process.stderr,
+      env: process.env,
+      readFile: (path) => readFileSync(path, 'utf8'),
+      sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+    })
+    return
+  }
   let parsed
   try {
     parsed = parseArgs({ args: joinNegativeValues(argv), options, allowPositionals: true, strict: true })

@@ -102,6 +102,27 @@ export const errorCodes = {
     message: "every server for model '%s' stayed at its in-flight limit for %s ms (gateway.queue_timeout_ms); try again later"
   },
 
+  // gateway admin API: what an operator asked for cannot be done as asked
+  GW_ERR_ADMIN_INVALID: { http: 400, grpc: 'INVALID_ARGUMENT', message: '%s' },
+  GW_ERR_ADMIN_UNAUTHORIZED: {
+    http: 401, grpc: 'UNAUTHENTICATED',
+    message: 'the admin API needs an Authorization: Bearer <token> header (the token the gateway was started with)'
+  },
+  GW_ERR_ADMIN_FORBIDDEN: { http: 403, grpc: 'PERMISSION_DENIED', message: 'the admin token does not match' },
+  GW_ERR_ADMIN_UNKNOWN_ENDPOINT: { http: 404, grpc: 'NOT_FOUND', message: "no endpoint named '%s' in the fleet (endpoints: %s)" },
+  GW_ERR_ADMIN_UNKNOWN_CANARY: { http: 404, grpc: 'NOT_FOUND', message: "model '%s' has no canary (canaries: %s)" },
+  GW_ERR_ADMIN_CONFLICT: { http: 409, grpc: 'ALREADY_EXISTS', message: '%s' },
+  GW_ERR_ADMIN_DISCOVERY: {
+    http: 502, grpc: 'UNAVAILABLE',
+    message: "could not discover the models of '%s' from its repository index: %s; name them with 'models' instead"
+  },
+  // Refused at start: an admin listener anyone on the network could reach, with nothing to tell friend from foe.
+  GW_ERR_ADMIN_TOKEN_REQUIRED: {
+    http: 500, grpc: 'FAILED_PRECONDITION',
+    message: 'the admin listener on %s is not loopback-only, so it needs a token: set gateway.admin_token_file or FLOTILLA_ADMIN_TOKEN, or bind it to 127.0.0.1'
+  },
+  GW_ERR_ADMIN_TOKEN_FILE: { http: 500, grpc: 'FAILED_PRECONDITION', message: "cannot read the admin token file '%s': %s" },
+
   // command line
   CLI_ERR_USAGE: { http: 400, grpc: 'INVALID_ARGUMENT', message: '%s' }
 } as const satisfies Record<string, ErrorSpec>

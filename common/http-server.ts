@@ -29,20 +29,38 @@ const ALL_METHODS: HTTPMethods[] = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PAT
 
 export type RouteHandler = (request: FastifyRequest, reply: FastifyReply) => Promise<unknown>
 
+/** Per server, per URL: the handler of each method registered with {@link route}. */
+const routeTables = new WeakMap<FastifyInstance, Map<string, Map<string, RouteHandler>>>()
+
 /**
- * Registers `url` for every method; the wrong method gets Triton's 405 instead of fastify's 404. The wrapper is a
- * plain function that hands fastify the handler's promise (a throw is answered as a rejection is), not a second
- * async function around it.
+ * Registers `handler` for `method` on `url`, with the URL taking every method: a method with no handler gets
+ * Triton's 405 instead of fastify's 404, and HEAD is answered by a GET handler. Several methods may be registered
+ * on one URL (the admin API's `GET` and `POST /v1/endpoints`). The wrapper is a plain function that hands fastify
+ * the handler's promise (a throw is answered as a rejection is), not a second async function around it; with one
+ * method on the URL (every KServe route) it compares one string, as before.
  */
-export function route (app: FastifyInstance, method: 'GET' | 'POST', url: string, handler: RouteHandler): void {
+export function route (app: FastifyInstance, method: 'GET' | 'POST' | 'PUT' | 'DELETE', url: string, handler: RouteHandler): void {
+  let tables = routeTables.get(app)
+  if (tables === undefined) {
+    tables = new Map()
+    routeTables.set(app, tables)
+  }
+  const known = tables.get(url)
+  if (known !== undefined) {
+    if (known.has(method)) throw new Error(`${method} ${url} is already registered`)
+    known.set(method, handler)
+    return
+  }
+  const handlers = new Map<string, RouteHandler>([[method, handler]])
+  tables.set(url, handlers)
   app.route({
     method: ALL_METHODS,
     url,
     handler: (request, reply) => {
-      if (request.method !== method && !(method === 'GET' && request.method === 'HEAD')) {
-        throw createError('FLT_ERR_METHOD_NOT_ALLOWED')
-      }
-      return handler(request, reply)
+      if (handlers.size === 1 && request.method === method) return handler(request, reply)
+      const own = handlers.get(request.method === 'HEAD' ? 'GET' : request.method)
+      if (own === undefined) throw createError('FLT_ERR_METHOD_NOT_ALLOWED')
+      return own(request, reply)
     }
   })
 }

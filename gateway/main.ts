@@ -19,6 +19,11 @@ import { Forwarder, REAL_TIMERS } from './proxy/forward.ts'
 import { ModelPolicies } from './proxy/model-policy.ts'
 import { retrySettingsOf } from './proxy/retry-policy.ts'
 import { UpstreamPool, type PoolFactory } from './proxy/upstream-pool.ts'
+import { WORKER_DRAINING_HEADER } from '../common/protocol/headers.ts'
+import { adminToken, buildAdminServer } from './admin/admin-server.ts'
+import { Canaries } from './canary/canaries.ts'
+import { FleetController } from './fleet/fleet-controller.ts'
+import { FleetWatcher } from './fleet/fleet-watcher.ts'
 import { buildGatewayHttp } from './server/http.ts'
 import { GatewayMetrics } from './server/metrics.ts'
 
@@ -36,7 +41,23 @@ export interface GatewayOptions {
   deps?: Partial<BalancerDeps>
   /** Builds each server's connection pool; undici's `Pool` by default. For tests. */
   poolFactory?: PoolFactory
+  /** Overrides `gateway.admin_port`; 0 binds an ephemeral port, a negative value disables the admin listener. */
+  adminPort?: number
+  /** Overrides `gateway.admin_host`. */
+  adminHost?: string
+  /** Where the token comes from when `gateway.admin_token_file` is not set (`FLOTILLA_ADMIN_TOKEN`). */
+  env?: NodeJS.ProcessEnv
+  /**
+   * The fleet file `config` was loaded from: {@link RunningGateway.reload} re-reads it, and with `gateway.watch`
+   * (the default) a change on disk reloads it. Without it, reload has nothing to read.
+   */
+  configPath?: string
 }
+
+/** How a reload went. */
+export type ReloadResult =
+  | { readonly applied: true, readonly summary: string }
+  | { readonly applied: false, readonly error: string }
 
 /** A started gateway: where it listens, and how to stop it. */
 export interface RunningGateway {
@@ -44,11 +65,19 @@ export interface RunningGateway {
   readonly httpPort: number
   /** The bound metrics port, or -1 when the metrics listener is disabled. */
   readonly metricsPort: number
+  /** The bound admin port, or -1 when the admin listener is disabled. */
+  readonly adminPort: number
   /** `http://host:port` of the HTTP front. */
   readonly url: string
   /**
-   * Graceful stop: stop listening (new requests get 503 meanwhile), let requests in flight finish, then close the
-   * upstream connections and the metrics listener. Calling it again returns the same promise.
+   * Re-reads the fleet file and applies it as a diff (see `fleet/fleet-controller.ts`). An invalid file is
+   * rejected with its problems logged, and the running fleet stays as it was. Reloads run one at a time.
+   */
+  reload (): Promise<ReloadResult>
+  /**
+   * Graceful stop: stop listening (requests arriving on open connections meanwhile get 503 with `Connection:
+   * close`), let requests in flight finish for up to `gateway.shutdown_timeout_ms` (then cut them), close the
+   * upstream connections and the other listeners. Calling it again returns the same promise.
    */
   close (): Promise<void>
 }
@@ -82,7 +111,23 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
     random: options.deps?.random ?? Math.random
   }
 
+  const wantedAdminPort = options.adminPort ?? settings.admin_port
+  const adminHost = options.adminHost ?? settings.admin_host
+  // Read before anything starts: a missing token must not leave a half-started gateway behind.
+  const token = wantedAdminPort >= 0 ? adminToken(adminHost, settings.admin_token_file, options.env) : undefined
+
+  let current = config
   const policies = new ModelPolicies(config, deps)
+  const canaries = new Canaries({
+    now: deps.now,
+    random: deps.random,
+    onRollback: (event) => {
+      const what = { model: event.model, reason: event.reason, baseline: event.baseline, canary: event.canary }
+      if (event.automatic) logger.warn(what, 'canary rolled back automatically: it did worse than the baseline')
+      else logger.info(what, 'canary rolled back')
+      metrics.canaryRollback(event.model, event.automatic)
+    }
+  })
   const pool = new UpstreamPool(options.poolFactory === undefined ? {} : { factory: options.poolFactory })
   const timers: Timers = {
     now: deps.now,
@@ -98,7 +143,8 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
     health: (endpoint) => {
       const view = fleetHealth.view(endpoint)
       return { healthy: view.healthy ?? true, ejected: view.ejected }
-    }
+    },
+    canaryPercents: () => canaries.list().map((c) => ({ model: c.canary.model, percent: c.canary.percent }))
   })
   // Probes get their own keep-alive agent: a check must not wait behind, or be counted with, traffic.
   const probeAgent = new Agent({ connections: 1 })
@@ -108,11 +154,24 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
     timers,
     random: deps.random,
     logger,
-    onTransition: (t) => { metrics.healthTransition(t.endpoint.name, t.model, t.healthy) },
+    onTransition: (t) => {
+      metrics.healthTransition(t.endpoint.name, t.model, t.healthy)
+      controller.healthChanged(t)
+    },
     onEjection: (e) => { if (e.ejected) metrics.ejection(e.endpoint.name) }
   })
   const fleet = Fleet.fromConfig(config, { usable: fleetHealth.usable })
   fleetHealth.attach(fleet)
+  const controller = new FleetController({
+    fleet,
+    health: fleetHealth,
+    pool,
+    timers,
+    logger,
+    drainTimeoutMs: settings.drain_timeout_ms,
+    slowStartMs: settings.slow_start_ms
+  })
+  canaries.applyFile(config.canary)
   const forwarder = new Forwarder({
     pool,
     retries: retrySettingsOf(config.retries),
@@ -124,6 +183,7 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
       attempt: (endpoint, status, queueDepth) => { fleetHealth.record(endpoint, status, queueDepth) },
       retry: (model, cause) => { metrics.retry(model, cause) },
       retryDenied: (model, reason) => { metrics.retryDenied(model, reason) },
+      draining: (endpoint) => { fleetHealth.failNow(endpoint, `it answered ${WORKER_DRAINING_HEADER}: shutting down`) },
       queued: (model, waitedMs, outcome) => { metrics.queueWait(model, outcome, waitedMs / 1000) }
     }
   })
@@ -131,6 +191,7 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
     fleet,
     forwarder,
     policies,
+    canaries,
     health: (endpoint) => fleetHealth.view(endpoint),
     metrics,
     logger,
@@ -140,20 +201,48 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
     now: deps.now
   })
 
+  const admin = buildAdminServer({
+    fleet,
+    controller,
+    canaries,
+    health: (endpoint) => fleetHealth.view(endpoint),
+    logger,
+    token,
+    config: () => effectiveConfig(current, fleet, canaries),
+    now: deps.now
+  })
+
   let metricsServer: Server | undefined
+  let watcher: FleetWatcher | undefined
+  let adminStarted = false
+  const shutdownMs = settings.shutdown_timeout_ms
   /**
-   * Releases everything, in order: no more probes or ejection timers; then fastify's close waits for requests in
-   * flight, whose upstream exchanges still need the pools. The same steps serve a failed start and close().
+   * Releases everything, in order: no more reloads, probes, ejection or drain timers, admin calls; then fastify's
+   * close waits for requests in flight (up to the shutdown timeout, then their connections are cut), whose
+   * upstream exchanges still need the pools. The same steps serve a failed start and close().
    */
   const teardown = async (): Promise<void> => {
+    watcher?.close()
     fleetHealth.stop()
+    controller.stop()
     await probeAgent.destroy()
-    await app.close()
-    await pool.close()
+    if (adminStarted) await admin.close()
+    const cut = setTimeout(() => {
+      logger.warn({ timeoutMs: shutdownMs }, 'shutdown timeout passed: cutting the requests still in flight')
+      app.server.closeAllConnections()
+      pool.destroy().catch(() => {})
+    }, shutdownMs)
+    try {
+      await app.close()
+      await pool.close()
+    } finally {
+      clearTimeout(cut)
+    }
     await closeServer(metricsServer)
   }
   let httpPort: number
   let metricsPort = -1
+  let adminPort = -1
   try {
     httpPort = await listen(app, host, options.httpPort ?? settings.http_port)
     const wantedMetricsPort = options.metricsPort ?? settings.metrics_port
@@ -161,29 +250,89 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
       metricsServer = metrics.createServer()
       metricsPort = await listenServer(metricsServer, host, wantedMetricsPort)
     }
+    if (wantedAdminPort >= 0) {
+      adminPort = await listen(admin, adminHost, wantedAdminPort)
+      adminStarted = true
+    }
   } catch (err) {
     // One listener bound and the other not (port in use): release what was taken before reporting.
     await teardown()
     throw err
   }
-
   const url = originOf(host, httpPort)
   logger.info({
     url,
     metricsPort,
+    adminPort,
     balancer: config.load_balancer.type,
     servers: fleet.endpoints.map((e) => `${e.name}=${e.origin}`),
     models: fleet.models
   }, 'gateway listening')
 
+  let reloading: Promise<ReloadResult> = Promise.resolve({ applied: true, summary: '' })
+  const reloadOnce = async (): Promise<ReloadResult> => {
+    const path = options.configPath
+    if (path === undefined) return { applied: false, error: 'the gateway was started without a fleet file path' }
+    let next: FleetConfig
+    try {
+      next = loadGatewayConfig(path)
+    } catch (err) {
+      const error = (err as Error).message
+      logger.error({ file: path, problems: error.split('\n') }, 'fleet file rejected; the running fleet is unchanged')
+      metrics.reload(false)
+      return { applied: false, error }
+    }
+    const changes = controller.applyFile(next)
+    policies.apply(next)
+    const canaryChanges = canaries.applyFile(next.canary)
+    const restart = RESTART_SECTIONS.filter((k) => JSON.stringify(next[k]) !== JSON.stringify(current[k]))
+    current = next
+    metrics.reload(true)
+    const summary = { ...changes, canaries: canaryChanges }
+    logger.info({ file: path, ...summary }, 'fleet file reloaded')
+    if (restart.length > 0) {
+      logger.warn({ sections: restart }, 'fleet file sections changed that apply only at the next start')
+    }
+    return { applied: true, summary: JSON.stringify(summary) }
+  }
+  const reload = (): Promise<ReloadResult> => {
+    reloading = reloading.then(reloadOnce, reloadOnce)
+    return reloading
+  }
+  if (options.configPath !== undefined && settings.watch) {
+    try {
+      watcher = new FleetWatcher(options.configPath, timers, () => { reload().catch(() => {}) })
+    } catch (err) {
+      logger.warn({ err, file: options.configPath }, 'cannot watch the fleet file; reload it with SIGHUP')
+    }
+  }
+
   let closing: Promise<void> | undefined
   return {
     httpPort,
     metricsPort,
+    adminPort,
     url,
+    reload,
     close () {
       closing ??= teardown()
       return closing
     }
+  }
+}
+
+/**
+ * Sections a reload does not apply: listeners, limits and settings the running proxy and checkers were built with.
+ * A change to them is logged, and applies at the next start.
+ */
+const RESTART_SECTIONS = ['gateway', 'retries', 'health_check', 'outlier_detection'] as const
+
+/** The config as it runs now: the file's, with the live servers (admin changes included) and canaries. */
+function effectiveConfig (config: FleetConfig, fleet: Fleet, canaries: Canaries): unknown {
+  return {
+    ...config,
+    inference_servers: fleet.servers().map((s) => ({ ...s, protocol: 'http' })),
+    load_balancer: { ...config.load_balancer, servers: undefined },
+    canary: Object.fromEntries(canaries.list().map((c) => [c.canary.model, c.config]))
   }
 }

@@ -21,7 +21,9 @@
 import { readFileSync } from 'node:fs'
 import { isMap, isScalar, isSeq, LineCounter, parseDocument, type Node } from 'yaml'
 import { createError, wrapError } from '../../common/errors.ts'
+import { DEFAULT_ADMIN_HOST, DEFAULT_ADMIN_PORT, DEFAULT_DRAIN_TIMEOUT_MS } from '../admin/api.ts'
 import { type BalancerOptions } from '../balancer/types.ts'
+import { DEFAULT_AUTO_ROLLBACK } from '../canary/canary.ts'
 import {
   INVALID, SchemaContext, boolean, formatProblem, integer, list, mapOf, number, object, oneOf, optional, required,
   string, stringMap, withDefault, type Infer
@@ -41,6 +43,10 @@ export const DEFAULT_MAX_IN_FLIGHT_PER_SERVER = 0
 export const DEFAULT_MAX_QUEUED_REQUESTS = 1024
 /** How long a queued request waits for a free slot before it is answered 503. */
 export const DEFAULT_QUEUE_TIMEOUT_MS = 5000
+/** How long SIGTERM waits for requests in flight before the gateway exits anyway. */
+export const DEFAULT_SHUTDOWN_TIMEOUT_MS = 30_000
+/** 0: an endpoint that becomes healthy takes its full weight at once (HAProxy's default; set to ramp it up). */
+export const DEFAULT_SLOW_START_MS = 0
 export const DEFAULT_SERVER_WEIGHT = 1
 export const MAX_SERVER_WEIGHT = 1000
 /** The `gateway` section when the file has none. */
@@ -53,7 +59,13 @@ export const DEFAULT_GATEWAY_SETTINGS = Object.freeze({
   max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
   max_in_flight_per_server: DEFAULT_MAX_IN_FLIGHT_PER_SERVER,
   max_queued_requests: DEFAULT_MAX_QUEUED_REQUESTS,
-  queue_timeout_ms: DEFAULT_QUEUE_TIMEOUT_MS
+  queue_timeout_ms: DEFAULT_QUEUE_TIMEOUT_MS,
+  admin_host: DEFAULT_ADMIN_HOST,
+  admin_port: DEFAULT_ADMIN_PORT,
+  shutdown_timeout_ms: DEFAULT_SHUTDOWN_TIMEOUT_MS,
+  drain_timeout_ms: DEFAULT_DRAIN_TIMEOUT_MS,
+  slow_start_ms: DEFAULT_SLOW_START_MS,
+  watch: true
 })
 /**
  * The `retries` section when the file has none. The budget follows Envoy's retry budget (`budget_percent` 20,
@@ -67,6 +79,16 @@ export const DEFAULT_RETRY_SETTINGS = Object.freeze({
   min_concurrent: 3,
   backoff_base_ms: 25,
   backoff_max_ms: 250
+})
+/** A canary's `auto_rollback` when it sets none: {@link DEFAULT_AUTO_ROLLBACK} (see `canary/canary.ts`), as YAML spells it. */
+export const DEFAULT_AUTO_ROLLBACK_SETTINGS = Object.freeze({
+  enabled: DEFAULT_AUTO_ROLLBACK.enabled,
+  window_ms: DEFAULT_AUTO_ROLLBACK.windowMs,
+  min_requests: DEFAULT_AUTO_ROLLBACK.minRequests,
+  error_rate_factor: DEFAULT_AUTO_ROLLBACK.errorRateFactor,
+  min_error_rate: DEFAULT_AUTO_ROLLBACK.minErrorRate,
+  p99_factor: DEFAULT_AUTO_ROLLBACK.p99Factor,
+  min_p99_increase_ms: DEFAULT_AUTO_ROLLBACK.minP99IncreaseMs
 })
 /** The `health_check` section when the file has none: HAProxy's defaults (inter 2 s, rise 2, fall 3), 1 s timeout. */
 export const DEFAULT_HEALTH_CHECK_SETTINGS = Object.freeze({
@@ -213,6 +235,65 @@ function balancerRules (options: FleetConfigOptions) {
   }
 }
 
+/** One `inference_servers` entry; also what `POST /v1/endpoints` on the admin API is checked against. */
+export const inferenceServerSpec = object({
+  name: required(string({ pattern: SERVER_NAME })),
+  host: required(string({ check: hostCheck })),
+  port: required(integer(1, 65535)),
+  models: required(list(string({ pattern: MODEL_NAME }), { nonEmpty: 'a server must serve at least one model', unique: { what: 'model' } })),
+  weight: withDefault(integer(0, MAX_SERVER_WEIGHT), DEFAULT_SERVER_WEIGHT),
+  protocol: withDefault(oneOf(['http'], { grpc: 'gRPC upstreams come in a later release' }), 'http'),
+  labels: withDefault(stringMap(), Object.freeze({})),
+  versions: optional(list(integer(0, Number.MAX_SAFE_INTEGER), {
+    nonEmpty: 'omit it to serve every version',
+    unique: { what: 'version' }
+  })),
+  // Absent, not defaulted: the consumer falls back to gateway.max_in_flight_per_server, which may change on reload.
+  max_in_flight: optional(integer(0, MAX_REQUEST_COUNT))
+})
+
+const headerName = string({ pattern: HEADER_NAME, normalize: (name) => name.toLowerCase() })
+
+/**
+ * One model's canary (`canary.<model>`, or the body of `PUT /v1/models/:model/canary`): the split by version or by
+ * servers, the share, the header that forces the canary, the sticky header, and automatic rollback.
+ */
+export const canarySpec = object({
+  baseline_version: optional(integer(0, Number.MAX_SAFE_INTEGER)),
+  canary_version: optional(integer(0, Number.MAX_SAFE_INTEGER)),
+  canary_servers: optional(list(string({ pattern: SERVER_NAME }), {
+    nonEmpty: 'name the servers that make up the canary',
+    unique: { what: 'server' }
+  })),
+  percent: required(number(0, 100)),
+  force_header: optional(object({ name: required(headerName), value: required(string()) })),
+  sticky_header: optional(headerName),
+  auto_rollback: withDefault(object({
+    enabled: withDefault(boolean(), DEFAULT_AUTO_ROLLBACK_SETTINGS.enabled),
+    // Shorter than a few seconds, p99 rests on a handful of requests whatever min_requests says.
+    window_ms: withDefault(integer(1000, MAX_TIMER_MS), DEFAULT_AUTO_ROLLBACK_SETTINGS.window_ms),
+    min_requests: withDefault(integer(1, MAX_REQUEST_COUNT), DEFAULT_AUTO_ROLLBACK_SETTINGS.min_requests),
+    error_rate_factor: withDefault(number(1, 1000), DEFAULT_AUTO_ROLLBACK_SETTINGS.error_rate_factor),
+    min_error_rate: withDefault(number(0, 1), DEFAULT_AUTO_ROLLBACK_SETTINGS.min_error_rate),
+    p99_factor: withDefault(number(1, 1000), DEFAULT_AUTO_ROLLBACK_SETTINGS.p99_factor),
+    min_p99_increase_ms: withDefault(number(0, MAX_TIMER_MS), DEFAULT_AUTO_ROLLBACK_SETTINGS.min_p99_increase_ms)
+  }), DEFAULT_AUTO_ROLLBACK_SETTINGS)
+}, {
+  check (value, report, path) {
+    const versions = value.baseline_version !== undefined || value.canary_version !== undefined
+    if (versions && value.canary_servers !== undefined) {
+      report('canary_servers', `${path} splits by version or by servers, not both: remove canary_servers or the versions`)
+    } else if (!versions && value.canary_servers === undefined) {
+      report('percent', `${path} needs either baseline_version and canary_version, or canary_servers`)
+    } else if (versions && (value.baseline_version === undefined || value.canary_version === undefined)) {
+      report(value.baseline_version === undefined ? 'canary_version' : 'baseline_version',
+        `${path} needs both baseline_version and canary_version to split by version`)
+    } else if (versions && value.baseline_version === value.canary_version) {
+      report('canary_version', `${path}.canary_version must differ from baseline_version (both are ${value.canary_version})`)
+    }
+  }
+})
+
 function fleetSchema (options: FleetConfigOptions) {
   const known = options.knownStrategies
   const strategy = string({
@@ -221,23 +302,7 @@ function fleetSchema (options: FleetConfigOptions) {
       : `'${value}' is not a known balancing strategy` + (known === undefined ? '' : ` (known: ${known.join(', ')})`)
   })
 
-  const inferenceServer = object({
-    name: required(string({ pattern: SERVER_NAME })),
-    host: required(string({ check: hostCheck })),
-    port: required(integer(1, 65535)),
-    models: required(list(string({ pattern: MODEL_NAME }), { nonEmpty: 'a server must serve at least one model', unique: { what: 'model' } })),
-    weight: withDefault(integer(0, MAX_SERVER_WEIGHT), DEFAULT_SERVER_WEIGHT),
-    protocol: withDefault(oneOf(['http'], { grpc: 'gRPC upstreams come in a later release' }), 'http'),
-    labels: withDefault(stringMap(), Object.freeze({})),
-    versions: optional(list(integer(0, Number.MAX_SAFE_INTEGER), {
-      nonEmpty: 'omit it to serve every version',
-      unique: { what: 'version' }
-    })),
-    // Absent, not defaulted: the consumer falls back to gateway.max_in_flight_per_server, which may change on reload.
-    max_in_flight: optional(integer(0, MAX_REQUEST_COUNT))
-  })
-
-  const hashHeader = string({ pattern: HEADER_NAME, normalize: (name) => name.toLowerCase() })
+  const hashHeader = headerName
   const rules = { check: balancerRules(options) }
 
   const loadBalancer = object({
@@ -280,7 +345,17 @@ function fleetSchema (options: FleetConfigOptions) {
     max_header_bytes: withDefault(integer(1024, 1024 * 1024), DEFAULT_MAX_HEADER_BYTES),
     max_in_flight_per_server: withDefault(integer(0, MAX_REQUEST_COUNT), DEFAULT_MAX_IN_FLIGHT_PER_SERVER),
     max_queued_requests: withDefault(integer(0, MAX_REQUEST_COUNT), DEFAULT_MAX_QUEUED_REQUESTS),
-    queue_timeout_ms: withDefault(integer(1, MAX_TIMER_MS), DEFAULT_QUEUE_TIMEOUT_MS)
+    queue_timeout_ms: withDefault(integer(1, MAX_TIMER_MS), DEFAULT_QUEUE_TIMEOUT_MS),
+    admin_host: withDefault(string({ check: hostCheck }), DEFAULT_ADMIN_HOST),
+    // -1 turns the admin listener off.
+    admin_port: withDefault(integer(-1, 65535), DEFAULT_ADMIN_PORT),
+    // A path, never the token itself: a fleet file is shared and committed; a token is a secret.
+    admin_token_file: optional(string()),
+    shutdown_timeout_ms: withDefault(integer(0, MAX_TIMER_MS), DEFAULT_SHUTDOWN_TIMEOUT_MS),
+    drain_timeout_ms: withDefault(integer(0, MAX_TIMER_MS), DEFAULT_DRAIN_TIMEOUT_MS),
+    slow_start_ms: withDefault(integer(0, MAX_TIMER_MS), DEFAULT_SLOW_START_MS),
+    // Reload the fleet file when it changes on disk (SIGHUP reloads it either way).
+    watch: withDefault(boolean(), true)
   })
 
   const healthCheck = object({
@@ -302,7 +377,7 @@ function fleetSchema (options: FleetConfigOptions) {
 
   return object({
     model_repository: optional(string()),
-    inference_servers: required(list(inferenceServer, {
+    inference_servers: required(list(inferenceServerSpec, {
       nonEmpty: 'the gateway needs at least one server',
       unique: { what: 'server name', key: 'name' }
     })),
@@ -311,6 +386,10 @@ function fleetSchema (options: FleetConfigOptions) {
     models: withDefault(mapOf(modelPolicy, {
       key: MODEL_NAME,
       expected: 'a mapping of model names to per-model settings'
+    }), Object.freeze({})),
+    canary: withDefault(mapOf(canarySpec, {
+      key: MODEL_NAME,
+      expected: 'a mapping of model names to canary settings'
     }), Object.freeze({})),
     retries: withDefault(retries, DEFAULT_RETRY_SETTINGS),
     health_check: withDefault(healthCheck, DEFAULT_HEALTH_CHECK_SETTINGS),
@@ -338,6 +417,8 @@ export type StrategyOptionsConfig = Infer<typeof strategyOptions>
  * (`load_balancer`, `gateway.request_timeout_ms`, `retries.max_retries`).
  */
 export type ModelPolicyConfig = FleetConfig['models'][string]
+/** One model's canary as written (`canary.<model>`), defaults filled in. */
+export type CanaryConfig = Infer<typeof canarySpec>
 /** The `retries` section, with defaults filled in. */
 export type RetryConfig = FleetConfig['retries']
 /** The `gateway` section (listeners and limits), with defaults filled in. */
@@ -453,6 +534,8 @@ function crossCheck (root: Node | null, ctx: SchemaContext): void {
       `retries.backoff_max_ms (${backoffMax}) must be at least backoff_base_ms (${backoffBase})`)
   }
 
+  checkCanaries(servers, ctx.resolve(childOf(root, 'canary', ctx)), ctx)
+
   // A policy for a model no server lists would never apply; almost always a misspelt model name.
   const models = ctx.resolve(childOf(root, 'models', ctx))
   if (isSeq(servers) && isMap(models)) {
@@ -475,6 +558,81 @@ function crossCheck (root: Node | null, ctx: SchemaContext): void {
       }
     }
   }
+}
+
+/**
+ * What is wrong with a canary given the servers (checked at load for the file, and by the admin API for a canary set
+ * at run time): the model must be served, each side must have a server.
+ *
+ * @returns a message, or `undefined` when the canary can route
+ */
+export function canaryProblem (
+  model: string,
+  canary: CanaryConfig,
+  servers: ReadonlyArray<Pick<InferenceServerConfig, 'name' | 'models' | 'versions'>>
+): string | undefined {
+  const serving = servers.filter((s) => s.models.includes(model))
+  if (serving.length === 0) return `model '${model}' is not served by any inference server`
+  if (canary.canary_servers !== undefined) {
+    const names = serving.map((s) => s.name)
+    const unknown = canary.canary_servers.filter((n) => !names.includes(n))
+    if (unknown.length > 0) {
+      return `canary_servers ${unknown.map((n) => `'${n}'`).join(', ')} do not serve '${model}' (servers serving it: ${names.join(', ')})`
+    }
+    if (canary.canary_servers.length === names.length) {
+      return `canary_servers names every server of '${model}', which leaves none for the baseline`
+    }
+    return undefined
+  }
+  for (const version of [canary.baseline_version, canary.canary_version]) {
+    if (version !== undefined && !serving.some((s) => s.versions === undefined || s.versions.includes(version))) {
+      return `no server of '${model}' serves version ${version} (set versions on a server, or omit them to serve every version)`
+    }
+  }
+  return undefined
+}
+
+/**
+ * Each canary against the servers ({@link canaryProblem}), on the YAML nodes so that it is reported alongside
+ * problems elsewhere. Only servers and canary keys of the right shape take part: a wrong one is reported already.
+ */
+function checkCanaries (serversNode: Node | null, canaries: Node | null, ctx: SchemaContext): void {
+  if (!isSeq(serversNode) || !isMap(canaries)) return
+  const servers: Array<Pick<InferenceServerConfig, 'name' | 'models' | 'versions'>> = []
+  for (const item of serversNode.items) {
+    const s = plain(ctx.resolve(item)) as { name?: unknown, models?: unknown, versions?: unknown } | undefined
+    if (typeof s?.name !== 'string' || !isList(s.models, 'string')) continue
+    if (s.versions !== undefined && !isList(s.versions, 'number')) continue
+    servers.push({ name: s.name, models: s.models, ...(s.versions === undefined ? {} : { versions: s.versions }) })
+  }
+  for (const pair of canaries.items) {
+    const key = ctx.resolve(pair.key)
+    const value = ctx.resolve(pair.value)
+    // Keys that are not valid model names are already reported by the schema.
+    if (!isScalar(key) || typeof key.value !== 'string' || !MODEL_NAME.regex.test(key.value)) continue
+    const c = plain(value) as { baseline_version?: unknown, canary_version?: unknown, canary_servers?: unknown } | undefined
+    if (c === undefined || typeof c !== 'object') continue
+    const canary = {
+      ...(typeof c.baseline_version === 'number' ? { baseline_version: c.baseline_version } : {}),
+      ...(typeof c.canary_version === 'number' ? { canary_version: c.canary_version } : {}),
+      ...(isList(c.canary_servers, 'string') ? { canary_servers: c.canary_servers } : {})
+    } as unknown as CanaryConfig
+    const problem = canaryProblem(key.value, canary, servers)
+    if (problem !== undefined) ctx.report(value, key, `canary.${key.value}: ${problem}`)
+  }
+}
+
+/** A node as plain data (aliases resolved), or `undefined` when it cannot be. */
+function plain (node: Node | null): unknown {
+  try {
+    return node === null ? undefined : node.toJSON()
+  } catch {
+    return undefined
+  }
+}
+
+function isList<T extends 'string' | 'number'> (value: unknown, type: T): value is Array<T extends 'string' ? string : number> {
+  return Array.isArray(value) && value.every((v) => typeof v === type)
 }
 
 function integerOfOr (node: Node | null, fallback: number): number | undefined {

@@ -7,12 +7,13 @@
  * when the checker or detector says so ({@link Fleet.refresh}), unless fewer than the panic threshold would remain,
  * in which case all of them stay (Envoy's panic mode: see `balancer/panic.ts`).
  *
- * Today the fleet comes from the fleet file alone; Consul and the admin API will feed {@link Fleet.update} too.
+ * The fleet file feeds {@link Fleet.update} (at start and on reload); the admin API adds, removes, drains and
+ * reweighs single endpoints (through `fleet-controller.ts`, which owns the steps around each change).
  */
 import { originOf } from '../../common/http-server.ts'
 import { DEFAULT_PANIC_THRESHOLD_PERCENT, usableOrAll } from '../balancer/panic.ts'
 import { type FleetConfig, type InferenceServerConfig } from './fleet-config.ts'
-import { type Endpoint } from './types.ts'
+import { type Endpoint, type EndpointState } from './types.ts'
 
 /** What the fleet needs to know about a server (an `inference_servers` entry, or one found by discovery). */
 export type FleetServer = Pick<InferenceServerConfig, 'name' | 'host' | 'port' | 'models' | 'weight' | 'labels' | 'versions'> & {
@@ -109,21 +110,92 @@ export class Fleet {
   }
 
   /**
-   * Replaces the set of servers. An endpoint whose configuration is unchanged keeps its object (and so its state
-   * and in-flight count); a changed or new one gets a new endpoint. Rebuilds every candidate list.
+   * Replaces the set of servers. An endpoint whose address, models, versions and labels are unchanged keeps its
+   * object (and so its state, in-flight count and health); a changed weight or in-flight limit is applied to it in
+   * place. A
+   * changed or new server gets a new endpoint. Rebuilds every candidate list.
    */
   update (servers: readonly FleetServer[]): void {
     const byName = new Map<string, Endpoint>()
     for (const server of servers) {
       const previous = this.#byName.get(server.name)
       const maxInFlight = server.max_in_flight ?? this.#defaultMaxInFlight
-      byName.set(server.name, previous !== undefined && sameConfig(previous, server, maxInFlight)
-        ? previous
-        : toEndpoint(server, maxInFlight))
+      if (previous !== undefined && sameConfig(previous, server)) {
+        if (previous.configuredWeight !== server.weight) {
+          previous.configuredWeight = server.weight
+          previous.weight = server.weight
+        }
+        previous.maxInFlight = maxInFlight
+        byName.set(server.name, previous)
+      } else {
+        byName.set(server.name, toEndpoint(server, maxInFlight))
+      }
     }
     this.#byName = byName
     this.#endpoints = Object.freeze([...byName.values()])
     this.#rebuild()
+  }
+
+  /**
+   * Adds one server at the end of the fleet, `active` or (to be health-checked first) `joining`.
+   *
+   * @returns its new endpoint
+   * @throws Error when a server of that name is already in the fleet (callers check first and answer 409)
+   */
+  add (server: FleetServer, state: EndpointState = 'active'): Endpoint {
+    if (this.#byName.has(server.name)) throw new Error(`a server named '${server.name}' is already in the fleet`)
+    const endpoint = toEndpoint(server, server.max_in_flight ?? this.#defaultMaxInFlight)
+    endpoint.state = state
+    this.#byName.set(server.name, endpoint)
+    this.#endpoints = Object.freeze([...this.#endpoints, endpoint])
+    this.#rebuild()
+    return endpoint
+  }
+
+  /**
+   * Takes a server out of the fleet (its requests in flight are not touched); `undefined` when there is none. It is
+   * left `drained`, so a request still holding an earlier candidate list never sends it a retry.
+   */
+  remove (name: string): Endpoint | undefined {
+    const endpoint = this.#byName.get(name)
+    if (endpoint === undefined) return undefined
+    endpoint.state = 'drained'
+    this.#byName.delete(name)
+    this.#endpoints = Object.freeze(this.#endpoints.filter((e) => e !== endpoint))
+    this.#rebuild()
+    return endpoint
+  }
+
+  /** Sets an endpoint's lifecycle state; only `active` endpoints are in the candidate lists. */
+  setState (endpoint: Endpoint, state: EndpointState): void {
+    if (endpoint.state === state) return
+    endpoint.state = state
+    this.#rebuild()
+  }
+
+  /**
+   * Sets an endpoint's weights: `configured` is what the operator asked for, `effective` what balancers use now
+   * (lower while slow start ramps it up). The lists are rebuilt so balancers that keep per-list state start over.
+   */
+  setWeight (endpoint: Endpoint, configured: number, effective = configured): void {
+    if (endpoint.configuredWeight === configured && endpoint.weight === effective) return
+    endpoint.configuredWeight = configured
+    endpoint.weight = effective
+    this.#rebuild()
+  }
+
+  /** The fleet as servers (configured weights), e.g. to show the effective configuration. */
+  servers (): FleetServer[] {
+    return this.#endpoints.map((e) => ({
+      name: e.name,
+      host: e.host,
+      port: e.port,
+      models: e.models,
+      weight: e.configuredWeight,
+      labels: e.labels,
+      ...(e.versions === undefined ? {} : { versions: e.versions }),
+      max_in_flight: e.maxInFlight
+    }))
   }
 
   /** Every endpoint, in fleet-file order, whatever its state. */
@@ -229,6 +301,7 @@ function toEndpoint (server: FleetServer, maxInFlight: number): Endpoint {
     models: Object.freeze([...server.models]),
     versions: server.versions === undefined ? undefined : Object.freeze([...server.versions]),
     weight: server.weight,
+    configuredWeight: server.weight,
     labels: Object.freeze({ ...server.labels }),
     maxInFlight,
     state: 'active',
@@ -240,9 +313,9 @@ function toEndpoint (server: FleetServer, maxInFlight: number): Endpoint {
   }
 }
 
-function sameConfig (endpoint: Endpoint, server: FleetServer, maxInFlight: number): boolean {
-  return endpoint.host === server.host && endpoint.port === server.port && endpoint.weight === server.weight &&
-    endpoint.maxInFlight === maxInFlight &&
+/** Whether `server` is the same server as `endpoint` (address, models, versions, labels), weight and limit aside. */
+export function sameConfig (endpoint: Endpoint, server: FleetServer): boolean {
+  return endpoint.host === server.host && endpoint.port === server.port &&
     sameList(endpoint.models, server.models) && sameOptionalList(endpoint.versions, server.versions) &&
     sameLabels(endpoint.labels, server.labels)
 }

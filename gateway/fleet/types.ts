@@ -4,16 +4,22 @@
  */
 
 /**
- * Lifecycle state of an endpoint. Only `active` exists so far; later issues add `draining`, `ejected` and
- * `unhealthy`, and the fleet keeps every endpoint that is not `active` out of the candidate lists it hands out.
+ * Lifecycle state of an endpoint, as operators set it (health and ejection are separate: see `health/`).
+ * `joining`: added at run time, waiting for its first passing health checks; `active` takes traffic; `draining`
+ * takes no new requests while those in flight finish; `drained` takes none and has none left (or its drain timed
+ * out, or it left the fleet). The fleet keeps every endpoint that is not `active` out of the candidate lists it
+ * hands out (and out of the panic arithmetic, as Envoy leaves out hosts it has not checked yet), so no request path
+ * ever checks the state, except the proxy between the attempts of one request (an endpoint may start draining
+ * while a request waits to retry).
  */
-export type EndpointState = 'active'
+export type EndpointState = 'joining' | 'active' | 'draining' | 'drained'
 
 /**
  * One upstream server as the gateway routes to it.
  *
  * Ownership: the configuration fields are fixed for the life of the object (a changed host or port means a new
- * endpoint). `state` is written only by the fleet. `inFlight` is written only by the proxy (`proxy/admission.ts`), which
+ * endpoint), except the weights and the in-flight limit. `state`, `weight`, `configuredWeight` and `maxInFlight`
+ * are written only by the fleet. `inFlight` is written only by the proxy (`proxy/admission.ts`), which
  * increments it before sending a request and decrements it when the exchange is over. `queueDepth` and `queueDepthAt` are written
  * together by whoever hears the worker report its queue (the proxy from responses, the health checker from its
  * probes). Balancers may read all of these, never write.
@@ -29,11 +35,19 @@ export interface Endpoint {
   readonly models: readonly string[]
   /** The model versions this server serves; `undefined` means any version. */
   readonly versions: readonly number[] | undefined
-  /** Relative share of traffic for weighted strategies (0 = none). */
-  readonly weight: number
+  /**
+   * Relative share of traffic for weighted strategies (0 = none): the effective weight, which is
+   * {@link Endpoint.configuredWeight} except while slow start ramps a newly healthy endpoint up to it.
+   */
+  weight: number
+  /** The weight the fleet file or the admin API set. */
+  configuredWeight: number
   readonly labels: Readonly<Record<string, string>>
-  /** Most requests this gateway sends it at once (HAProxy's `maxconn`); 0 means no limit. See `proxy/admission.ts`. */
-  readonly maxInFlight: number
+  /**
+   * Most requests this gateway sends it at once (HAProxy's `maxconn`); 0 means no limit. See `proxy/admission.ts`.
+   * Written only by the fleet (a reload may change it in place).
+   */
+  maxInFlight: number
   state: EndpointState
   /** Requests sent to this endpoint that have not finished yet. */
   inFlight: number

@@ -14,7 +14,7 @@
  * caller reports them all at once. A value with any problem inside it reads as {@link INVALID}. Values that pass
  * are frozen.
  */
-import { isAlias, isMap, isScalar, isSeq, type Document, type LineCounter, type Node } from 'yaml'
+import { isAlias, isMap, isScalar, isSeq, LineCounter, parseDocument, type Document, type Node } from 'yaml'
 
 /** Marks a value that failed validation; its problems are already on the context. */
 export const INVALID: unique symbol = Symbol('flotilla.yaml-schema.invalid')
@@ -512,4 +512,22 @@ export function object<const P extends Props> (props: P, options: ObjectOptions<
       return ok ? Object.freeze(out) as ObjectOf<P> : INVALID
     }
   }
+}
+
+/**
+ * Validates a value that arrived as JSON (an admin API body) with the same spec as the fleet file, so both accept
+ * and refuse the same things with the same messages. JSON is YAML, so the value goes through the same reader; the
+ * messages carry the key path (`path` first) but no line numbers, which mean nothing to an API caller.
+ *
+ * @returns the normalised value, or every problem found
+ */
+export function readJson<T> (spec: Spec<T>, value: unknown, path: string): { ok: true, value: T } | { ok: false, problems: string[] } {
+  const lineCounter = new LineCounter()
+  const doc = parseDocument(JSON.stringify(value ?? null), { lineCounter, uniqueKeys: false })
+  const ctx = new SchemaContext(doc, lineCounter)
+  const read = spec.read(doc.contents, path, ctx, null)
+  if (ctx.problems.length > 0 || read === INVALID) {
+    return { ok: false, problems: ctx.problems.length > 0 ? ctx.problems.map((p) => p.message) : [`${path} is invalid`] }
+  }
+  return { ok: true, value: read }
 }

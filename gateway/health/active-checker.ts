@@ -88,6 +88,23 @@ export class ActiveHealthChecker {
     this.#watched.delete(endpoint)
   }
 
+  /**
+   * Marks the server target unhealthy at once, as if `unhealthyThreshold` checks had failed: the endpoint said it is
+   * going away (Envoy's immediate health check fail). Checks go on, so it comes back after `healthyThreshold`
+   * passing ones if it stays up after all.
+   */
+  failNow (endpoint: Endpoint, reason: string): void {
+    const watched = this.#watched.get(endpoint)
+    if (watched === undefined) return
+    const target = watched.targets[0]!
+    target.successes = 0
+    target.failures = Math.max(target.failures, this.#options.settings.unhealthyThreshold)
+    target.last = { ok: false, reason }
+    if (!target.healthy) return
+    target.healthy = false
+    this.#options.onTransition({ endpoint, model: undefined, healthy: false, reason })
+  }
+
   /** Whether the server, and `model` on it when given, pass their checks. Unknown endpoints are healthy. */
   isHealthy (endpoint: Endpoint, model?: string): boolean {
     const watched = this.#watched.get(endpoint)

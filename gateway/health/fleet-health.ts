@@ -98,6 +98,30 @@ export class FleetHealth {
   }
 
   /**
+   * Starts checking an endpoint that joined the fleet at run time. It starts unhealthy and is probed at once, so it
+   * takes traffic only after `healthy_threshold` passing checks (with checks off, at once).
+   */
+  add (endpoint: Endpoint): void {
+    this.#checker?.add(endpoint, false)
+  }
+
+  /** Forgets an endpoint that left the fleet: no more probes, no ejection timer. */
+  remove (endpoint: Endpoint): void {
+    this.#checker?.remove(endpoint)
+    this.#detector?.remove(endpoint)
+  }
+
+  /** Whether the active checker is on (else an added endpoint is usable at once). */
+  get checking (): boolean {
+    return this.#checker !== undefined
+  }
+
+  /** The endpoint said it is shutting down: out of rotation now, rather than after failing its next checks. */
+  failNow (endpoint: Endpoint, reason: string): void {
+    this.#checker?.failNow(endpoint, reason)
+  }
+
+  /**
    * Records one exchange: the status a server answered, or `undefined` when no connection could be made. Also
    * takes the queue depth the worker reported, for `least_queue`.
    */

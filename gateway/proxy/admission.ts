@@ -70,7 +70,8 @@ export class Admission {
   /** Gives a slot back; if a queued request can use `endpoint`, the slot goes straight to the first such request. */
   release (endpoint: Endpoint): void {
     endpoint.inFlight--
-    if (this.#queue.length === 0 || !hasRoom(endpoint)) return
+    // A draining endpoint's freed slot is not handed on: it takes no new requests.
+    if (this.#queue.length === 0 || !hasRoom(endpoint) || endpoint.state !== 'active') return
     const i = this.#queue.findIndex((w) => w.candidates.includes(endpoint) && w.exclude?.has(endpoint) !== true)
     if (i < 0) return
     const [waiter] = this.#queue.splice(i, 1)

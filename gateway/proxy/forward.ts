@@ -26,7 +26,7 @@
 import { type IncomingHttpHeaders } from 'node:http'
 import { errors, type Dispatcher } from 'undici'
 import { createError, type FlotillaError, wrapError } from '../../common/errors.ts'
-import { parseQueueDepth, QUEUE_DEPTH_HEADER } from '../../common/protocol/headers.ts'
+import { parseQueueDepth, QUEUE_DEPTH_HEADER, WORKER_DRAINING_HEADER } from '../../common/protocol/headers.ts'
 import { type Balancer, type PickContext } from '../balancer/types.ts'
 import { DEFAULT_MAX_QUEUED_REQUESTS, DEFAULT_QUEUE_TIMEOUT_MS } from '../fleet/fleet-config.ts'
 import { type Endpoint, LATENCY_EWMA_WEIGHT } from '../fleet/types.ts'
@@ -190,6 +190,8 @@ export interface ForwardObserver {
   attempt?: (endpoint: Endpoint, status: number | undefined, queueDepth: number | undefined, durationMs: number) => void
   retry?: (model: string, cause: RetryCause) => void
   retryDenied?: (model: string, reason: RetryDenial) => void
+  /** A server answered with {@link WORKER_DRAINING_HEADER}: it is shutting down and wants no more requests. */
+  draining?: (endpoint: Endpoint) => void
   /** A request that had to wait for a slot, and how the wait ended. */
   queued?: (model: string, waitedMs: number, outcome: WaitResult['outcome']) => void
 }
@@ -364,11 +366,18 @@ export class Forwarder {
     request: ForwardRequest
   ): Promise<Endpoint | NoServer> {
     let endpoint = balancer.pick(candidates, ctx)
+    // The candidates were the fleet's when the request began; one may have started draining since (a retry after a
+    // backoff). It takes nothing new: counted as tried, so the next pick skips it.
+    while (endpoint !== undefined && endpoint.state !== 'active' && ctx.exclude?.has(endpoint) !== true) {
+      ctx.exclude ??= new Set()
+      ctx.exclude.add(endpoint)
+      endpoint = ctx.exclude.size < candidates.length ? balancer.pick(candidates, ctx) : undefined
+    }
     if (endpoint === undefined || ctx.exclude?.has(endpoint) === true) return { reason: 'none' }
     if (!hasRoom(endpoint)) {
       // Only when limits bite: pick again among those with room, so the strategy still decides among them.
       const full = new Set(ctx.exclude)
-      for (const e of candidates) if (!hasRoom(e)) full.add(e)
+      for (const e of candidates) if (!hasRoom(e) || e.state !== 'active') full.add(e)
       endpoint = full.size < candidates.length ? balancer.pick(candidates, { ...ctx, exclude: full }) : undefined
       if (endpoint === undefined || full.has(endpoint)) {
         const started = this.#timers.now()
@@ -605,6 +614,7 @@ class Exchange implements Dispatcher.DispatchHandler {
     const payload = body === undefined ? EMPTY_BODY : Array.isArray(body) ? Buffer.concat(body) : body
     const headers = this.#headers
     this.#report(this.#statusCode, parseQueueDepth(headers[QUEUE_DEPTH_HEADER]))
+    if (headers[WORKER_DRAINING_HEADER] !== undefined) this.#settings.observer.draining?.(this.#endpoint)
     return { ok: true, response: { statusCode: this.#statusCode, headers: clientResponseHeaders(headers, this.#endpoint.name), body: payload } }
   }
 

@@ -16,15 +16,27 @@ export interface ModelPolicy extends RoutePolicy {
 }
 
 export class ModelPolicies {
-  readonly #default: ModelPolicy
-  readonly #byModel = new Map<string, ModelPolicy>()
+  #default!: ModelPolicy
+  #byModel = new Map<string, ModelPolicy>()
+  readonly #deps: BalancerDeps
 
   /**
    * @throws FlotillaError `GW_ERR_FLEET_INVALID` when a strategy or its options are invalid (the loader has
    *   already rejected such a file, so only a config built by hand gets here)
    */
   constructor (config: FleetConfig, deps: BalancerDeps) {
+    this.#deps = deps
+    this.apply(config)
+  }
+
+  /**
+   * Rebuilds every policy from `config` (a reloaded fleet file). Balancers are built afresh, so their state
+   * (rotation positions) starts over; requests already forwarding keep the policy they started with.
+   */
+  apply (config: FleetConfig): void {
+    const deps = this.#deps
     const lb = config.load_balancer
+    const byModel = new Map<string, ModelPolicy>()
     this.#default = Object.freeze({
       balancer: createBalancer(lb.type, deps, lb.options === undefined ? undefined : toBalancerOptions(lb.options)),
       timeoutMs: config.gateway.request_timeout_ms,
@@ -39,13 +51,14 @@ export class ModelPolicies {
         balancer = createBalancer(ownLb.type, deps, ownLb.options === undefined ? undefined : toBalancerOptions(ownLb.options))
         hashHeader = ownLb.hash_header
       }
-      this.#byModel.set(model, Object.freeze({
+      byModel.set(model, Object.freeze({
         balancer,
         timeoutMs: own.request_timeout_ms ?? this.#default.timeoutMs,
         maxRetries: own.max_retries ?? this.#default.maxRetries,
         hashHeader
       }))
     }
+    this.#byModel = byModel
   }
 
   /** The policy for `model`: its own, else the fleet-wide one. */

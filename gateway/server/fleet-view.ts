@@ -75,30 +75,32 @@ function agoOrNull (now: number, at: number | undefined): number | null {
   return at === undefined || !Number.isFinite(at) ? null : Math.max(0, Math.round(now - at))
 }
 
+/** One endpoint as `GET /v2/fleet` shows it; `now` on the clock its timestamps use. */
+export function endpointView (e: Endpoint, health: EndpointHealthView, now: number): EndpointView {
+  return {
+    name: e.name,
+    origin: e.origin,
+    state: e.state,
+    weight: round(e.weight),
+    models: e.models,
+    versions: e.versions ?? null,
+    in_flight: e.inFlight,
+    max_in_flight: e.maxInFlight,
+    healthy: health.healthy ?? true,
+    unready_models: health.unreadyModels ?? [],
+    ejected: health.ejected,
+    last_health_failure: health.lastFailure ?? null,
+    last_check_ms_ago: agoOrNull(now, health.lastCheckAt),
+    latency_ms: Number.isNaN(e.latencyMs) ? null : round(e.latencyMs),
+    queue_depth: Number.isFinite(e.queueDepthAt) ? e.queueDepth : null,
+    queue_depth_ms_ago: agoOrNull(now, e.queueDepthAt)
+  }
+}
+
 export function fleetView (sources: FleetViewSources): FleetView {
   const { fleet, now: clock } = sources
   const now = clock()
-  const endpoints = fleet.endpoints.map((e): EndpointView => {
-    const health = sources.health(e)
-    return {
-      name: e.name,
-      origin: e.origin,
-      state: e.state,
-      weight: e.weight,
-      models: e.models,
-      versions: e.versions ?? null,
-      in_flight: e.inFlight,
-      max_in_flight: e.maxInFlight,
-      healthy: health.healthy ?? true,
-      unready_models: health.unreadyModels ?? [],
-      ejected: health.ejected,
-      last_health_failure: health.lastFailure ?? null,
-      last_check_ms_ago: agoOrNull(now, health.lastCheckAt),
-      latency_ms: Number.isNaN(e.latencyMs) ? null : round(e.latencyMs),
-      queue_depth: Number.isFinite(e.queueDepthAt) ? e.queueDepth : null,
-      queue_depth_ms_ago: agoOrNull(now, e.queueDepthAt)
-    }
-  })
+  const endpoints = fleet.endpoints.map((e) => endpointView(e, sources.health(e), now))
   const models = fleet.models.map((name): ModelView => ({
     name,
     strategy: sources.policies.for(name).balancer.name,

@@ -10,6 +10,7 @@ import { createError, errorBody, type FlotillaError } from '../../common/errors.
 import { createKServeServer, route } from '../../common/http-server.ts'
 import { type Logger } from '../../common/logger.ts'
 import { FLOTILLA_VERSION } from '../../common/version.ts'
+import { type CanaryRoute, type Canaries } from '../canary/canaries.ts'
 import { type Fleet } from '../fleet/fleet.ts'
 import { type Endpoint } from '../fleet/types.ts'
 import { type EndpointHealthView } from '../health/fleet-health.ts'
@@ -40,6 +41,8 @@ export interface GatewayHttpOptions {
   fleet: Fleet
   forwarder: Forwarder
   policies: ModelPolicies
+  /** Per-model canary splits (checked per inference request naming no version). */
+  canaries: Canaries
   /** Health as `GET /v2/fleet` shows it. */
   health: (endpoint: Endpoint) => EndpointHealthView
   metrics: GatewayMetrics
@@ -61,7 +64,7 @@ const VERSION = ':version(^\\d+$)'
 
 /** Builds (does not start) the HTTP front. */
 export function buildGatewayHttp (options: GatewayHttpOptions): FastifyInstance {
-  const { fleet, forwarder, policies, metrics, now, logger } = options
+  const { fleet, forwarder, policies, canaries, metrics, now, logger } = options
   const app = createKServeServer({
     logger,
     bodyLimit: options.bodyLimit,
@@ -106,23 +109,39 @@ export function buildGatewayHttp (options: GatewayHttpOptions): FastifyInstance 
   // microtasks per request to adopt it.
   const proxyModel = async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     const { model, version } = request.params as ModelParams
-    const candidates = fleet.endpointsServing(model, version)
+    let candidates = fleet.endpointsServing(model, version)
     if (candidates.length === 0) {
       const notServed = notServedError(fleet, model, version)
       if (notServed !== undefined) throw notServed
     }
     const started = now()
     const policy = policies.for(model)
+    // Only inference naming no version is split (POST is infer on these routes): see canary/canaries.ts.
+    const canary = version === undefined && request.method === 'POST' && candidates.length > 0 ? canaries.for(model) : undefined
+    let route: CanaryRoute | undefined
+    if (canary !== undefined) {
+      route = canary.route(fleet, candidates, (name) => headerValue(request.headers[name]), queryOf(request.url))
+      candidates = route.candidates
+    }
     let result: ForwardResult
     if (candidates.length === 0) {
       // Served, but every server is failing its checks or ejected, and panic is off (or the version's servers are).
       result = { ok: false, endpoint: undefined, error: noHealthyError(fleet, model) }
     } else {
       const hashKey = policy.hashHeader === undefined ? undefined : headerValue(request.headers[policy.hashHeader])
-      result = await forwarder.forward(candidates, { model, version, hashKey, policy }, forwardRequestOf(request, reply))
+      result = await forwarder.forward(candidates, { model, version, hashKey, policy }, forwardRequestOf(request, reply, route?.path))
     }
+    const code = result.ok ? result.response.statusCode : result.error.statusCode
     const seconds = (now() - started) / 1000
-    metrics.observe(model, result.endpoint?.name ?? '', result.ok ? result.response.statusCode : result.error.statusCode, seconds)
+    metrics.observe(model, result.endpoint?.name ?? '', code, seconds)
+    // A client that left (499) says nothing about either side.
+    if (canary !== undefined && route !== undefined && code !== 499) {
+      // A request the chosen side could not take counts against that side, whatever the other side made of it.
+      const side = route.unavailable ?? route.side
+      const ok = route.unavailable === undefined && code < 500
+      canary.canary.record(side, ok, seconds * 1000)
+      metrics.canaryRequest(model, side, ok, seconds)
+    }
     sendResult(request, reply, result)
   }
   for (const prefix of ['/v2/models/:model', `/v2/models/:model/versions/${VERSION}`]) {
@@ -153,14 +172,21 @@ export function buildGatewayHttp (options: GatewayHttpOptions): FastifyInstance 
   return app
 }
 
-function forwardRequestOf (request: FastifyRequest, reply: FastifyReply): ForwardRequest {
+/** The query string of a request URL, with its `?`; `''` when there is none. */
+function queryOf (url: string): string {
+  const i = url.indexOf('?')
+  return i < 0 ? '' : url.slice(i)
+}
+
+/** @param path sent upstream instead of the request's own (a canary's version split names the version) */
+function forwardRequestOf (request: FastifyRequest, reply: FastifyReply, path?: string): ForwardRequest {
   const gone = new ClientGone()
   // The response closing before it was written means the client went away: cancel the upstream request with it.
   const res = reply.raw
   res.on('close', () => { if (!res.writableFinished) gone.abort() })
   return {
     method: request.method,
-    path: request.url,
+    path: path ?? request.url,
     headers: request.headers,
     body: Buffer.isBuffer(request.body) ? request.body : undefined,
     requestId: request.id,

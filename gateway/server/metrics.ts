@@ -21,6 +21,8 @@ export interface MetricSources {
   queueWaiting (): number
   /** Whether an endpoint passes its checks and whether it is ejected. */
   health (endpoint: Endpoint): { readonly healthy: boolean, readonly ejected: boolean }
+  /** Each model's canary share now (0 after a rollback); empty when there is none. */
+  canaryPercents? (): ReadonlyArray<{ readonly model: string, readonly percent: number }>
 }
 
 /** Requests of one model, endpoint and code counted since the last scrape, which adds them to the counter. */
@@ -57,6 +59,10 @@ export class GatewayMetrics {
   readonly #ejections: Counter<'endpoint'>
   readonly #transitions: Counter<'endpoint' | 'model' | 'to'>
   readonly #queueWait: Histogram<'model' | 'outcome'>
+  readonly #canaryRequests: Counter<'model' | 'side' | 'outcome'>
+  readonly #canaryDuration: Histogram<'model' | 'side'>
+  readonly #canaryRollbacks: Counter<'model' | 'trigger'>
+  readonly #reloads: Counter<'result'>
 
   constructor (sources: MetricSources) {
     const registers = [this.registry]
@@ -104,6 +110,41 @@ export class GatewayMetrics {
         'outcome (admitted, timeout, full, aborted)',
       labelNames: ['model', 'outcome'],
       buckets: [...DURATION_BUCKETS],
+      registers
+    })
+    this.#canaryRequests = new Counter({
+      name: 'flotilla_canary_requests_total',
+      help: 'Inference requests of a model with a canary, by model, side (baseline, canary) and outcome (ok, error: a 5xx or no answer)',
+      labelNames: ['model', 'side', 'outcome'],
+      registers
+    })
+    this.#canaryDuration = new Histogram({
+      name: 'flotilla_canary_request_duration_seconds',
+      help: 'Latency of inference requests of a model with a canary, by model and side, in seconds',
+      labelNames: ['model', 'side'],
+      buckets: [...DURATION_BUCKETS],
+      registers
+    })
+    this.#canaryRollbacks = new Counter({
+      name: 'flotilla_canary_rollbacks_total',
+      help: 'Canaries set to 0%, by model and trigger (automatic: the canary did worse than the baseline; manual)',
+      labelNames: ['model', 'trigger'],
+      registers
+    })
+    new Gauge({
+      name: 'flotilla_canary_percent',
+      help: "The share of a model's requests (naming no version) that go to its canary, in percent",
+      labelNames: ['model'],
+      registers,
+      collect () {
+        this.reset()
+        for (const c of sources.canaryPercents?.() ?? []) this.set({ model: c.model }, c.percent)
+      }
+    })
+    this.#reloads = new Counter({
+      name: 'flotilla_config_reloads_total',
+      help: 'Fleet file reloads, by result (applied, rejected: the file was invalid and the running fleet was kept)',
+      labelNames: ['result'],
       registers
     })
     new Gauge({
@@ -216,6 +257,19 @@ export class GatewayMetrics {
 
   queueWait (model: string, outcome: string, seconds: number): void {
     this.#queueWait.observe({ model, outcome }, seconds)
+  }
+
+  canaryRequest (model: string, side: string, ok: boolean, seconds: number): void {
+    this.#canaryRequests.inc({ model, side, outcome: ok ? 'ok' : 'error' })
+    this.#canaryDuration.observe({ model, side }, seconds)
+  }
+
+  canaryRollback (model: string, automatic: boolean): void {
+    this.#canaryRollbacks.inc({ model, trigger: automatic ? 'automatic' : 'manual' })
+  }
+
+  reload (applied: boolean): void {
+    this.#reloads.inc({ result: applied ? 'applied' : 'rejected' })
   }
 
   /** A plain HTTP listener for `GET /metrics` (and `/metrics/`), as Triton's metrics port answers. */

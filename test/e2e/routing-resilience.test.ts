@@ -10,10 +10,10 @@ import { createServer as createHttpServer } from 'node:http'
 import { createServer as createNetServer, type AddressInfo, type Socket } from 'node:net'
 import { join } from 'node:path'
 import { performance } from 'node:perf_hooks'
-import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
-import { ClosedLoop, exchange, type Exchange, type RequestSpec } from '../helpers/load.ts'
+import { ClosedLoop, countBy, exchange, show, showSome, waitFor, type Exchange, type RequestSpec } from '../helpers/load.ts'
+import { linesOf, scrape, sumOf } from '../helpers/scrape.ts'
 import { spawnFlotilla, spawnWorker, stop, type FlotillaProcess } from '../helpers/processes.ts'
 
 /** Generous deadline for one client request: only a gateway that is stuck reaches it. */
@@ -48,28 +48,11 @@ function echoed (x: Exchange): boolean {
   }
 }
 
-/** One exchange, as a failure shows it. */
-function show (x: Exchange): string {
-  const status = x.status === 0 ? 'no answer' : String(x.status)
-  return `#${x.id} ${status} from ${x.endpoint ?? '(no x-flotilla-endpoint)'}: ${x.error ?? x.body.slice(0, 200)}`
-}
-
-/** The first 10 of `list`, for a failure's diagnostics. */
-function showSome (list: readonly Exchange[]): string[] {
-  return [...list.slice(0, 10).map(show), ...(list.length > 10 ? [`... and ${list.length - 10} more`] : [])]
-}
-
-function countBy (list: readonly Exchange[]): Record<string, number> {
-  const counts: Record<string, number> = {}
-  for (const x of list) counts[x.endpoint ?? '(none)'] = (counts[x.endpoint ?? '(none)'] ?? 0) + 1
-  return counts
-}
-
 /** Writes the fleet file and starts a gateway on it, with both listeners on port 0. */
 function startGateway (tt: Test, fleet: readonly string[]): Promise<FlotillaProcess> {
   const file = join(tt.testdir({}), 'fleet.yaml')
   writeFileSync(file, fleet.join('\n') + '\n')
-  return spawnFlotilla(tt, ['gateway', '--config', file, '--http-port', '0', '--metrics-port', '0'])
+  return spawnFlotilla(tt, ['gateway', '--config', file, '--http-port', '0', '--metrics-port', '0', '--admin-port', '-1'])
 }
 
 function server (name: string, port: number): string {
@@ -78,47 +61,6 @@ function server (name: string, port: number): string {
 
 function inferSpec (gw: FlotillaProcess): RequestSpec {
   return { url: `${gw.url}/v2/models/simulated/infer`, body: BODY, timeoutMs: CLIENT_TIMEOUT_MS }
-}
-
-/** One sample of the Prometheus text format. */
-interface MetricSample { name: string, labels: Record<string, string>, value: number }
-
-/** Scrapes the gateway's metrics port: the text, and every sample in it. */
-async function scrape (gw: FlotillaProcess): Promise<{ text: string, samples: MetricSample[] }> {
-  const res = await request(`http://127.0.0.1:${gw.metricsPort}/metrics`, { signal: AbortSignal.timeout(5000) })
-  const text = await res.body.text()
-  if (res.statusCode !== 200) throw new Error(`GET /metrics answered ${res.statusCode}: ${text}`)
-  const samples: MetricSample[] = []
-  for (const line of text.split('\n')) {
-    const m = /^([a-zA-Z_:][\w:]*)(?:\{(.*)\})?\s+(\S+)/.exec(line)
-    if (m === null) continue
-    const labels: Record<string, string> = {}
-    for (const l of (m[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[l[1]!] = l[2]!
-    samples.push({ name: m[1]!, labels, value: Number(m[3]) })
-  }
-  return { text, samples }
-}
-
-/** The sum of the samples of `name` whose labels include `labels`. */
-function sumOf (samples: readonly MetricSample[], name: string, labels: Record<string, string>): number {
-  return samples
-    .filter((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v))
-    .reduce((sum, s) => sum + s.value, 0)
-}
-
-/** The sample lines of `name` in a scrape, for a failure's diagnostics. */
-function linesOf (text: string, name: string): string[] {
-  return text.split('\n').filter((l) => l.startsWith(name))
-}
-
-/** Polls `check` every 20 ms until it holds or `ms` have passed; returns whether it held. */
-async function waitFor (check: () => boolean, ms: number): Promise<boolean> {
-  const deadline = performance.now() + ms
-  while (!check()) {
-    if (performance.now() > deadline) return false
-    await sleep(20)
-  }
-  return true
 }
 
 t.test('a worker killed with SIGKILL under steady load costs no client request', async (t) => {

@@ -7,6 +7,7 @@
  * Every request carries its own deadline, so stopping the load is bounded even if the gateway never answers.
  */
 import { performance } from 'node:perf_hooks'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { Agent, request, type Dispatcher } from 'undici'
 
 /** One request and what came of it. Times are `performance.now()` milliseconds. */
@@ -120,4 +121,31 @@ export class ClosedLoop {
       this.#exchanges.push(await exchange(this.#spec, this.#nextId++, this.#agent))
     }
   }
+}
+
+/** One exchange, as a failure shows it. */
+export function show (x: Exchange): string {
+  const status = x.status === 0 ? 'no answer' : String(x.status)
+  return `#${x.id} ${status} from ${x.endpoint ?? '(no x-flotilla-endpoint)'}: ${x.error ?? x.body.slice(0, 200)}`
+}
+
+/** The first 10 of `list`, for a failure's diagnostics. */
+export function showSome (list: readonly Exchange[]): string[] {
+  return [...list.slice(0, 10).map(show), ...(list.length > 10 ? [`... and ${list.length - 10} more`] : [])]
+}
+
+export function countBy (list: readonly Exchange[]): Record<string, number> {
+  const counts: Record<string, number> = {}
+  for (const x of list) counts[x.endpoint ?? '(none)'] = (counts[x.endpoint ?? '(none)'] ?? 0) + 1
+  return counts
+}
+
+/** Polls `check` every 20 ms until it holds or `ms` have passed; returns whether it held. */
+export async function waitFor (check: () => boolean, ms: number): Promise<boolean> {
+  const deadline = performance.now() + ms
+  while (!check()) {
+    if (performance.now() > deadline) return false
+    await sleep(20)
+  }
+  return true
 }

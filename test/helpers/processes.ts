@@ -15,6 +15,8 @@ export interface FlotillaProcess {
   child: ChildProcess
   httpPort: number
   metricsPort: number
+  /** The gateway's admin port (-1 when off); absent for workers. */
+  adminPort?: number
   url: string
   /** Everything it wrote to stdout and stderr so far. */
   output: () => string
@@ -40,10 +42,10 @@ export async function spawnFlotilla (tt: Tap, args: string[], env: Record<string
   child.stdout?.on('data', (d: Buffer) => { out += d.toString() })
   child.stderr?.on('data', (d: Buffer) => { out += d.toString() })
   tt.teardown(() => stop(child))
-  const ready = await new Promise<{ httpPort: number, metricsPort: number, url: string }>((resolve, reject) => {
+  const ready = await new Promise<{ httpPort: number, metricsPort: number, adminPort?: number, url: string }>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`flotilla ${args.join(' ')} not ready in 30 s:\n${out}`)), 30_000)
     child.once('exit', code => { clearTimeout(timer); reject(new Error(`flotilla ${args.join(' ')} exited ${code}:\n${out}`)) })
-    child.on('message', (m: { type?: string, httpPort: number, metricsPort: number, url: string }) => {
+    child.on('message', (m: { type?: string, httpPort: number, metricsPort: number, adminPort?: number, url: string }) => {
       if (m.type === 'flotilla:ready') { clearTimeout(timer); resolve(m) }
     })
   })

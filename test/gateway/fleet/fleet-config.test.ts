@@ -44,10 +44,11 @@ load_balancer:
   type: round_robin
 `
 
-const TOP = 'model_repository, inference_servers, load_balancer, models, retries, health_check, outlier_detection, gateway'
+const TOP = 'model_repository, inference_servers, load_balancer, models, canary, retries, health_check, outlier_detection, gateway'
 const SERVER_KEYS = 'name, host, port, models, weight, protocol, labels, versions, max_in_flight'
 const GATEWAY_KEYS = 'host, http_port, metrics_port, max_body_bytes, request_timeout_ms, max_header_bytes, ' +
-  'max_in_flight_per_server, max_queued_requests, queue_timeout_ms'
+  'max_in_flight_per_server, max_queued_requests, queue_timeout_ms, admin_host, admin_port, admin_token_file, ' +
+  'shutdown_timeout_ms, drain_timeout_ms, slow_start_ms, watch'
 /** The normalised `gateway` section of a file that has none. */
 const GATEWAY_DEFAULTS = {
   host: '127.0.0.1',
@@ -58,7 +59,13 @@ const GATEWAY_DEFAULTS = {
   max_header_bytes: 16384,
   max_in_flight_per_server: 0,
   max_queued_requests: 1024,
-  queue_timeout_ms: 5000
+  queue_timeout_ms: 5000,
+  admin_host: '127.0.0.1',
+  admin_port: 9000,
+  shutdown_timeout_ms: 30000,
+  drain_timeout_ms: 30000,
+  slow_start_ms: 0,
+  watch: true
 }
 const RETRY_DEFAULTS = { max_retries: 2, budget_percent: 20, min_concurrent: 3, backoff_base_ms: 25, backoff_max_ms: 250 }
 
@@ -92,6 +99,7 @@ t.test('the seed fleet file loads unchanged', async (t) => {
       servers: [{ name: 'image-classifier-server-1' }, { name: 'image-classifier-server-2' }]
     },
     models: {},
+    canary: {},
     retries: RETRY_DEFAULTS,
     health_check: { enabled: true, interval_ms: 2000, timeout_ms: 1000, jitter_percent: 10, healthy_threshold: 2, unhealthy_threshold: 3 },
     outlier_detection: { enabled: true, consecutive_failures: 5, base_ejection_time_ms: 30000, max_ejection_time_ms: 300000, max_ejection_percent: 10 },
@@ -125,6 +133,7 @@ t.test('every optional key', async (t) => {
     ],
     load_balancer: { type: 'round_robin', panic_threshold_percent: 30 },
     models: {},
+    canary: {},
     retries: RETRY_DEFAULTS,
     health_check: { enabled: true, interval_ms: 500, timeout_ms: 200, jitter_percent: 0, healthy_threshold: 1, unhealthy_threshold: 2 },
     outlier_detection: { enabled: false, consecutive_failures: 3, base_ejection_time_ms: 1000, max_ejection_time_ms: 5000, max_ejection_percent: 50 },
@@ -176,7 +185,7 @@ t.test('fixtures: each problem names the file, line, column and key', async (t) 
       '18:30: health_check.interval_ms must be an integer in 100..2147483647, got 10',
       "18:34: unknown key 'healthy' in health_check (allowed: enabled, interval_ms, timeout_ms, jitter_percent, healthy_threshold, unhealthy_threshold)",
       '19:73: outlier_detection.max_ejection_time_ms (1000) must be at least base_ejection_time_ms (5000)',
-      `20:1: unknown key 'canary' at the top level (allowed: ${TOP})`
+      `20:1: unknown key 'cache' at the top level (allowed: ${TOP})`
     ]]
   ]
   for (const [file, expected] of cases) {
@@ -271,8 +280,8 @@ t.test('inline bad fleets', async (t) => {
       'fleet.yaml:8:12: load_balancer.servers must not be empty (omit it to send traffic to every inference server)'],
     ['unknown key in a balancer server', BASE + '  servers: [{ name: a, weight: 2 }]\n',
       "fleet.yaml:8:24: unknown key 'weight' in load_balancer.servers[0] (allowed: name)"],
-    ['a planned top-level key', BASE + 'canary: { weight: 5 }\n',
-      `fleet.yaml:8:1: unknown key 'canary' at the top level (allowed: ${TOP})`],
+    ['a planned top-level key', BASE + 'cache: { size: 5 }\n',
+      `fleet.yaml:8:1: unknown key 'cache' at the top level (allowed: ${TOP})`],
     ['health check enabled is not a boolean', BASE + 'health_check: { enabled: yes }\n',
       "fleet.yaml:8:26: health_check.enabled must be true or false, got 'yes' (a string)"],
     ['panic threshold over 100', BASE + '  panic_threshold_percent: 101\n',

@@ -66,3 +66,34 @@ t.test('timeouts, the request deadline, a full queue, and a client that leaves',
   admission.release(a!)
   t.equal(a!.inFlight, 0, 'nobody waiting: the slot is simply free')
 })
+
+t.test('a slot freed on an endpoint that is no longer active is not handed to a waiter', async (t) => {
+  const clock = new FakeClock()
+  const admission = new Admission({ maxQueued: 10, queueTimeoutMs: 1000 }, clock)
+  const [a, b] = limited(1, 'a', 'b')
+  admission.acquire(a!)
+  admission.acquire(b!)
+  let result: string | undefined
+  void admission.wait([a!, b!], undefined, 5000).then((r) => { result = `${r.outcome} ${'endpoint' in r ? r.endpoint.name : ''}` })
+  a!.state = 'draining'
+  admission.release(a!)
+  await clock.advance(0)
+  t.equal(result, undefined, 'a is draining: its freed slot goes to nobody')
+  t.equal(a!.inFlight, 0, 'the slot is simply free')
+  t.equal(admission.waiting, 1, 'the request keeps waiting')
+  admission.release(b!)
+  await clock.advance(0)
+  t.equal(result, 'admitted b', 'it takes the first slot on an active endpoint')
+  t.equal(b!.inFlight, 1)
+
+  admission.acquire(a!)
+  a!.state = 'drained'
+  let second: string | undefined
+  void admission.wait([a!], undefined, 500).then((r) => { second = r.outcome })
+  admission.release(a!)
+  await clock.advance(0)
+  t.equal(second, undefined, 'nor a drained one')
+  await clock.advance(500)
+  t.equal(second, 'timeout')
+  t.equal(a!.inFlight, 0)
+})

@@ -8,6 +8,7 @@ import {
   type ForwardTarget, type ForwarderOptions, type RoutePolicy
 } from '../../../gateway/proxy/forward.ts'
 import { UpstreamPool } from '../../../gateway/proxy/upstream-pool.ts'
+import { WORKER_DRAINING_HEADER } from '../../../common/protocol/headers.ts'
 import { FakeClock } from '../../helpers/fake-clock.ts'
 import { endpoints } from '../fixtures/helpers.ts'
 
@@ -74,7 +75,7 @@ t.test('describeError', async (t) => {
 })
 
 /** A dispatcher that fails or answers as scripted per origin, to drive the forwarder without sockets. */
-type Step = { error: Error & { code?: string } } | { status: number, body: string, bodyError?: Error }
+type Step = { error: Error & { code?: string } } | { status: number, body: string, bodyError?: Error, headers?: Record<string, string> }
 type Script = (attempt: number) => Step | Promise<Step>
 
 function fakePool (scripts: Record<string, Script>, calls: string[]): UpstreamPool {
@@ -113,7 +114,7 @@ function fakePool (scripts: Record<string, Script>, calls: string[]): UpstreamPo
               fail(step.error)
               return
             }
-            handler.onResponseStart?.(controller, step.status, { 'content-type': 'text/plain', connection: 'keep-alive' }, 'OK')
+            handler.onResponseStart?.(controller, step.status, { 'content-type': 'text/plain', connection: 'keep-alive', ...step.headers }, 'OK')
             if (done) return
             if (step.bodyError !== undefined) {
               fail(step.bodyError)
@@ -522,4 +523,101 @@ t.test('a reset denied by the retry budget says so', async (t) => {
   const result = await forwarder.forward(endpoints('a', 'b'), target(), REQUEST)
   t.equal(!result.ok && result.error.message,
     "server 'a' failed while answering a request for model 'm': read ECONNRESET (not retried: the retry budget is spent)")
+})
+
+t.test('a candidate that is no longer active (drained after the list was taken) is skipped', async (t) => {
+  const list = endpoints('a', 'b', 'c')
+  const [a, b] = list
+  const calls: string[] = []
+  const pool = fakePool(Object.fromEntries(list.map((e) => [e.origin, () => ({ status: 200, body: e.name })])), calls)
+  a!.state = 'draining'
+  const result = await forwarderWith(pool).forward(list, target(), REQUEST)
+  t.equal(result.ok && result.endpoint.name, 'b', 'the balancer picked a first; the request went to the next one')
+  t.strictSame(calls, [`${b!.origin} POST /v2/models/m/infer`], 'a got nothing')
+  t.equal(a!.inFlight, 0, 'no slot taken on a')
+})
+
+t.test('an endpoint that starts draining while a request waits to retry is skipped for the retry', async (t) => {
+  const list = endpoints('a', 'b', 'c')
+  const [a, b, c] = list
+  const calls: string[] = []
+  const pool = fakePool({
+    [a!.origin]: () => ({ status: 503, body: 'a full' }),
+    [b!.origin]: () => ({ status: 200, body: 'from b' }),
+    [c!.origin]: () => ({ status: 200, body: 'from c' })
+  }, calls)
+  const { observer, events } = recorder()
+  const forwarder = forwarderWith(pool, { observer: { ...observer, retry: (model, cause) => { b!.state = 'draining'; observer.retry?.(model, cause) } } })
+  const result = await forwarder.forward(list, target(), REQUEST)
+  t.equal(result.ok && result.endpoint.name, 'c')
+  t.strictSame(events, ['attempt a 503', 'retry m unavailable', 'attempt c 200'])
+  t.equal(calls.length, 2)
+  t.equal(b!.inFlight, 0)
+  t.equal(forwarder.budget.retries, 0)
+})
+
+t.test('when every untried candidate is draining, the request ends as if none were left', async (t) => {
+  const list = endpoints('a', 'b')
+  const calls: string[] = []
+  const pool = fakePool(Object.fromEntries(list.map((e) => [e.origin, () => ({ status: 200, body: e.name })])), calls)
+  for (const e of list) e.state = 'drained'
+  const result = await forwarderWith(pool).forward(list, target(), REQUEST)
+  t.equal(result.ok, false)
+  if (!result.ok) {
+    t.equal(result.error.code, 'GW_ERR_NO_UPSTREAM')
+    t.equal(result.error.statusCode, 502)
+    t.equal(result.error.message, "no server serving model 'm' could be reached (tried: none): no server was available")
+  }
+  t.strictSame(calls, [])
+
+  const [a, b] = endpoints('a', 'b')
+  const calls2: string[] = []
+  const pool2 = fakePool({
+    [a!.origin]: () => ({ status: 503, body: 'a full' }),
+    [b!.origin]: () => ({ status: 200, body: 'from b' })
+  }, calls2)
+  const forwarder = forwarderWith(pool2, { observer: { retry: () => { b!.state = 'draining' } } })
+  const answered = await forwarder.forward([a!, b!], target(), REQUEST)
+  t.equal(answered.ok && answered.response.statusCode, 503, "a worker's 503 is passed on when the retry has nowhere to go")
+  t.equal(answered.ok && answered.endpoint.name, 'a')
+  t.equal(calls2.length, 1)
+  t.equal(forwarder.budget.retries, 0)
+  t.equal(forwarder.budget.requests, 0)
+})
+
+t.test('a draining endpoint with room is not picked when the balancer\'s first pick is full', {
+}, async (t) => {
+  const list = limited(1, 'a', 'b', 'c')
+  const [a, b] = list
+  const calls: string[] = []
+  const pool = fakePool(Object.fromEntries(list.map((e) => [e.origin, () => ({ status: 200, body: e.name })])), calls)
+  a!.inFlight = 1
+  b!.state = 'draining'
+  const result = await forwarderWith(pool).forward(list, target(), REQUEST)
+  t.equal(result.ok && result.endpoint.name, 'c')
+  t.notOk(calls.some((c) => c.startsWith(b!.origin)), 'b got nothing')
+})
+
+t.test(`an answer carrying ${WORKER_DRAINING_HEADER} tells the observer the server is draining`, async (t) => {
+  const [a, b] = endpoints('a', 'b')
+  const calls: string[] = []
+  const pool = fakePool({
+    [a!.origin]: () => ({ status: 503, body: 'shutting down', headers: { [WORKER_DRAINING_HEADER]: '1' } }),
+    [b!.origin]: (n) => n === 0
+      ? { status: 200, body: 'from b', headers: { [WORKER_DRAINING_HEADER]: 'true' } }
+      : { status: 200, body: 'from b' }
+  }, calls)
+  const draining: string[] = []
+  const { observer, events } = recorder()
+  const forwarder = forwarderWith(pool, { observer: { ...observer, draining: (e) => draining.push(e.name) } })
+  const result = await forwarder.forward([a!, b!], target(), REQUEST)
+  t.equal(result.ok && result.endpoint.name, 'b', 'the 503 is retried as any other')
+  t.equal(result.ok && result.response.statusCode, 200, 'an answer with the header is still the answer')
+  t.strictSame(draining, ['a', 'b'], 'once per answer that carried it')
+  t.strictSame(events, ['attempt a 503', 'retry m unavailable', 'attempt b 200'])
+
+  const plain = await forwarder.forward([b!], target(), REQUEST)
+  t.equal(plain.ok && plain.response.statusCode, 200)
+  t.strictSame(draining, ['a', 'b'], 'no header, no call')
+  t.equal(calls.length, 3)
 })
