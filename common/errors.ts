@@ -54,6 +54,9 @@ export const errorCodes = {
     http: 404, grpc: 'NOT_FOUND', message: "Request for unknown model: '%s' has no available versions"
   },
   WRK_ERR_SERVER_NOT_READY: { http: 503, grpc: 'UNAVAILABLE', message: 'Server not ready' },
+  // Triton's scheduler texts (dynamic_batch_scheduler.cc), so clients that match on them keep working.
+  WRK_ERR_QUEUE_FULL: { http: 503, grpc: 'UNAVAILABLE', message: 'Exceeds maximum queue size' },
+  WRK_ERR_REQUEST_TIMEOUT: { http: 503, grpc: 'UNAVAILABLE', message: 'Request timeout expired' },
   WRK_ERR_EXECUTION_FAILED: { http: 500, grpc: 'INTERNAL', message: "model '%s' failed to execute: %s" },
   WRK_ERR_CONFIG_PARSE: { http: 500, grpc: 'INTERNAL', message: '%s' },
   WRK_ERR_CONFIG_INVALID: { http: 500, grpc: 'INTERNAL', message: '%s' },
