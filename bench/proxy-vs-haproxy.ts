@@ -32,8 +32,8 @@ import { cpus, tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import {
-  CLOCK_TICKS, HOST, cpuTicks, freePort, intEnv, machineTicks, median, printTable, round, selfTicks, stopAll,
-  stopAllOnSignals, track, versionOf, waitForPort
+  CLOCK_TICKS, HOST, cpuTicks, freePort, intEnv, machineTicks, median, printTable, round, runWrkScript, selfTicks,
+  stopAll, stopAllOnSignals, track, versionOf, waitForPort, wrkPostScript, type WrkResult
 } from './support.ts'
 
 const MODEL = 'simple'
@@ -58,17 +58,6 @@ interface Params {
   baselines: Array<{ label: string, dist: string }>
   backendWorkers: number
   keepTmp: boolean
-}
-
-/** One wrk run, as the Lua `done` hook reports it. */
-interface WrkResult {
-  requests: number
-  durationUs: number
-  errors: { connect: number, read: number, write: number, status: number, timeout: number }
-  p50Us: number
-  p90Us: number
-  p99Us: number
-  maxUs: number
 }
 
 /** One target's figures (medians over rounds when there are several). */
@@ -239,40 +228,14 @@ gateway:
 }
 
 function wrkScript (): string {
-  // done() reports in JSON so nothing depends on wrk's human-readable units; latencies are in microseconds.
-  return `wrk.method = "POST"
-wrk.body = '${REQUEST_BODY}'
-wrk.headers["Content-Type"] = "application/json"
-
-done = function(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format(
-    'WRK_JSON {"requests":%d,"durationUs":%d,"errors":{"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d},' ..
-    '"p50Us":%d,"p90Us":%d,"p99Us":%d,"maxUs":%d}\\n',
-    summary.requests, summary.duration, e.connect, e.read, e.write, e.status, e.timeout,
-    latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max))
-end
-`
+  return wrkPostScript(REQUEST_BODY)
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Load.
 
-async function runWrk (params: Params, script: string, port: number, seconds: number): Promise<WrkResult> {
-  const child = track(spawn('wrk', [
-    '-t', String(params.threads), '-c', String(params.connections), '-d', `${seconds}s`, '--timeout', '5s',
-    '-s', script, `http://${HOST}:${port}${INFER_PATH}`
-  ], { stdio: ['ignore', 'pipe', 'pipe'] }))
-  let out = ''
-  child.stdout?.on('data', (c: Buffer) => { out += c.toString('utf8') })
-  child.stderr?.on('data', (c: Buffer) => { out += c.toString('utf8') })
-  // wrk stops itself after `seconds`; the guard only matters if it hangs.
-  const guard = setTimeout(() => child.kill('SIGKILL'), (seconds + 20) * 1000)
-  const code = await new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c)))
-  clearTimeout(guard)
-  const line = out.split('\n').find((l) => l.startsWith('WRK_JSON '))
-  if (code !== 0 || line === undefined) throw new Error(`wrk against port ${port} failed (exit ${code}):\n${out}`)
-  return JSON.parse(line.slice('WRK_JSON '.length)) as WrkResult
+function runWrk (params: Params, script: string, port: number, seconds: number): Promise<WrkResult> {
+  return runWrkScript({ threads: params.threads, connections: params.connections, seconds, script, url: `http://${HOST}:${port}${INFER_PATH}` })
 }
 
 // ---------------------------------------------------------------------------------------------------------------

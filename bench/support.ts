@@ -7,7 +7,7 @@
  * The child registry is module state on purpose: a benchmark is one process, and every exit path (the end of
  * `main`, a failure, Ctrl-C) has to reach every child it started, wherever it was started from.
  */
-import { spawnSync, type ChildProcess } from 'node:child_process'
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { readFileSync, readdirSync } from 'node:fs'
 import { createConnection, createServer } from 'node:net'
 
@@ -187,4 +187,53 @@ export function round (n: number, digits: number): number {
 export function printTable (table: ReadonlyArray<readonly string[]>): void {
   const widths = (table[0] ?? []).map((_, i) => Math.max(...table.map((row) => (row[i] ?? '').length)))
   for (const row of table) console.log(row.map((cell, i) => i === 0 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!)).join('  '))
+}
+
+/** One wrk run, as the Lua `done` hook reports it. */
+export interface WrkResult {
+  requests: number
+  durationUs: number
+  errors: { connect: number, read: number, write: number, status: number, timeout: number }
+  p50Us: number
+  p90Us: number
+  p99Us: number
+  maxUs: number
+}
+
+/**
+ * A wrk Lua script that POSTs `body` (JSON) and reports the run as one `WRK_JSON {...}` line from its `done()` hook,
+ * so nothing depends on wrk's human-readable units; latencies are in microseconds.
+ */
+export function wrkPostScript (body: string): string {
+  return `wrk.method = "POST"
+wrk.body = '${body}'
+wrk.headers["Content-Type"] = "application/json"
+
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'WRK_JSON {"requests":%d,"durationUs":%d,"errors":{"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d},' ..
+    '"p50Us":%d,"p90Us":%d,"p99Us":%d,"maxUs":%d}\\n',
+    summary.requests, summary.duration, e.connect, e.read, e.write, e.status, e.timeout,
+    latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max))
+end
+`
+}
+
+/** One wrk run of `script` (see {@link wrkPostScript}) against `url`: closed-loop, `connections` at a time. */
+export async function runWrkScript (options: { threads: number, connections: number, seconds: number, script: string, url: string }): Promise<WrkResult> {
+  const child = track(spawn('wrk', [
+    '-t', String(options.threads), '-c', String(options.connections), '-d', `${options.seconds}s`, '--timeout', '5s',
+    '-s', options.script, options.url
+  ], { stdio: ['ignore', 'pipe', 'pipe'] }))
+  let out = ''
+  child.stdout?.on('data', (c: Buffer) => { out += c.toString('utf8') })
+  child.stderr?.on('data', (c: Buffer) => { out += c.toString('utf8') })
+  // wrk stops itself after `seconds`; the guard only matters if it hangs.
+  const guard = setTimeout(() => child.kill('SIGKILL'), (options.seconds + 20) * 1000)
+  const code = await new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c)))
+  clearTimeout(guard)
+  const line = out.split('\n').find((l) => l.startsWith('WRK_JSON '))
+  if (code !== 0 || line === undefined) throw new Error(`wrk against ${options.url} failed (exit ${code}):\n${out}`)
+  return JSON.parse(line.slice('WRK_JSON '.length)) as WrkResult
 }
