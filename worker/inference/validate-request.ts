@@ -45,6 +45,8 @@ function protocolName (configType: string): string {
  * A configured `reshape` is for the backend; the request is checked against `dims`.
  */
 export function validateInferRequest (config: ModelConfig, request: InferRequest, modelName: string): number {
+  // 0. The parameters the scheduler reads (Triton's frontends check them while parsing, before anything else).
+  checkSchedulingParameters(request.parameters)
   const prefix = requestIdPrefix(request.id)
 
   // 1. Requested outputs must exist (Model::GetOutput; no request-id prefix).
@@ -122,6 +124,28 @@ export function validateInferRequest (config: ModelConfig, request: InferRequest
     checkShape(t, inputConfig, stripBatch, config.max_batch_size, modelName, prefix)
   }
   return batchSize
+}
+
+/**
+ * `priority` and `timeout` as Triton's gRPC frontend accepts them (server `src/grpc/infer_handler.cc`,
+ * triton-behaviour.md §4): an integer priority >= 0 (0 = the model's default level) and an integer timeout in
+ * microseconds. The HTTP codec already refused other JSON types with its own messages; this covers every transport.
+ * A negative timeout is accepted, as Triton accepts it (it becomes a huge uint64 and never shortens the default).
+ */
+export function checkSchedulingParameters (parameters: InferRequest['parameters']): void {
+  if (Object.hasOwn(parameters, 'priority')) {
+    const p = parameters.priority
+    if (typeof p !== 'number' || !Number.isInteger(p)) {
+      throw invalidInput("invalid value type for 'priority' parameter, expected int64_param or uint64_param.")
+    }
+    if (p < 0) throw invalidInput("invalid value for 'priority', expected value >= 0.")
+  }
+  if (Object.hasOwn(parameters, 'timeout')) {
+    const t = parameters.timeout
+    if (typeof t !== 'number' || !Number.isInteger(t)) {
+      throw invalidInput("invalid value type for 'timeout' parameter, expected int64_param.")
+    }
+  }
 }
 
 function checkDatatype (t: Tensor, inputConfig: ModelInput, modelName: string, prefix: string): void {

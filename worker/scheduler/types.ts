@@ -57,7 +57,10 @@ export interface SchedulerObserver {
   /**
    * One request finished. `totalNs` runs from enqueue to its answer. A request that never reached an instance
    * (rejected, timed out in the queue) has zero compute times; `batchSize` is its own batch dimension (1 for models
-   * without batching).
+   * without batching). A request refused because its queue is full is reported as a REJECTED failure with no time
+   * (issue 5 asks for it to be counted; Triton's statistics leave it out, triton-behaviour.md §6.6, while its
+   * `nv_inference_request_failure{reason="REJECTED"}` is where operators look for it). One refused because the
+   * scheduler is stopping is not reported.
    */
   requestDone (ok: boolean, reason: FailureReason | undefined, batchSize: number, totalNs: bigint, timing: RequestTiming): void
   /** One execution on an instance: `size` inferences (the sum of its requests' batch sizes), its phase times. */

@@ -233,3 +233,23 @@ t.test('shape tensors keep their full shape in a batching model', async t => {
   fails(t, () => validateInferRequest(shapeModel, request([tensor('DATA', 'FP32', [3, 10]), tensor('SHAPE', 'INT32', [3, 2])]), 'st'),
     `[request id: <id_unknown>] unexpected shape for input 'SHAPE' for model 'st'. Expected [-1,2], got [3,2]. ${NOTE}`)
 })
+
+t.test('priority and timeout parameters, as Triton\'s gRPC frontend checks them (before anything else)', async t => {
+  const valid = [tensor('INPUT0', 'INT32', [1, 16]), tensor('INPUT1', 'INT32', [1, 16])]
+  for (const parameters of [{ priority: 0 }, { priority: 3 }, { timeout: 0 }, { timeout: 500 }, { timeout: -1 }, { priority: 2, timeout: 9 }]) {
+    t.equal(validateInferRequest(simple, request(valid, { parameters }), 'simple'), 1, JSON.stringify(parameters))
+  }
+  fails(t, () => validateInferRequest(simple, request(valid, { parameters: { priority: -1 } }), 'simple'),
+    "invalid value for 'priority', expected value >= 0.")
+  for (const priority of ['1', true, 1.5]) {
+    fails(t, () => validateInferRequest(simple, request(valid, { parameters: { priority } }), 'simple'),
+      "invalid value type for 'priority' parameter, expected int64_param or uint64_param.", `priority ${JSON.stringify(priority)}`)
+  }
+  for (const timeout of ['100', false, 0.5]) {
+    fails(t, () => validateInferRequest(simple, request(valid, { parameters: { timeout } }), 'simple'),
+      "invalid value type for 'timeout' parameter, expected int64_param.", `timeout ${JSON.stringify(timeout)}`)
+  }
+  // Parameters are parsed before inputs are looked at: the parameter error comes first.
+  fails(t, () => validateInferRequest(simple, request([], { parameters: { priority: -1 } }), 'simple'),
+    "invalid value for 'priority', expected value >= 0.")
+})
