@@ -55,6 +55,11 @@ export const errorCodes = {
   },
   WRK_ERR_SERVER_NOT_READY: { http: 503, grpc: 'UNAVAILABLE', message: 'Server not ready' },
   // Triton's scheduler texts (dynamic_batch_scheduler.cc), so clients that match on them keep working.
+  // The statistics extension words its misses differently from the other model routes, and answers 400.
+  WRK_ERR_STATS_MODEL_NOT_AVAILABLE: { http: 400, grpc: 'INVALID_ARGUMENT', message: "requested model '%s' is not available" },
+  WRK_ERR_STATS_VERSION_NOT_AVAILABLE: {
+    http: 400, grpc: 'INVALID_ARGUMENT', message: "requested model version is not available for model '%s'"
+  },
   WRK_ERR_QUEUE_FULL: { http: 503, grpc: 'UNAVAILABLE', message: 'Exceeds maximum queue size' },
   WRK_ERR_REQUEST_TIMEOUT: { http: 503, grpc: 'UNAVAILABLE', message: 'Request timeout expired' },
   WRK_ERR_EXECUTION_FAILED: { http: 500, grpc: 'INTERNAL', message: "model '%s' failed to execute: %s" },

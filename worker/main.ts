@@ -8,8 +8,9 @@ import { closeServer, listen, listenServer, originOf } from '../common/http-serv
 import { createLogger, type Logger } from '../common/logger.ts'
 import { ModelRepository } from './repository/model-repository.ts'
 import { DrainTracker } from './server/drain.ts'
-import { WorkerMetrics } from './server/metrics.ts'
+import { WorkerMetrics, type PendingCount } from './server/metrics.ts'
 import { buildWorkerHttp } from './server/http.ts'
+import { ModelStatistics } from './server/stats.ts'
 
 export const DEFAULT_WORKER_HTTP_PORT = 8000
 export const DEFAULT_WORKER_METRICS_PORT = 8002
@@ -45,6 +46,8 @@ export interface RunningWorker {
   readonly metricsPort: number
   readonly url: string
   readonly repository: ModelRepository
+  /** Each loaded version's statistics (`GET /v2/models/stats`), which the metrics port also reports. */
+  readonly statistics: ModelStatistics
   /**
    * Graceful stop, so that a gateway in front loses no request. First the draining phase: `/v2/health/ready`
    * answers 400 at once and every response from then on (those of requests already in flight included) carries
@@ -64,16 +67,20 @@ export async function startWorker (options: WorkerOptions): Promise<RunningWorke
   const host = options.host ?? '127.0.0.1'
   const logger = options.logger ?? createLogger({ bindings: { component: 'worker' } })
   const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
+  // Both read lazily (at scrape time, per loaded version), so they can exist before the repository they describe.
+  const metrics: WorkerMetrics = new WorkerMetrics({ statistics: () => statistics.all(), pending: () => pendingByVersion(repository) })
+  const statistics: ModelStatistics = new ModelStatistics({ latency: (model, version) => metrics.latency(model, version) })
   const repository = new ModelRepository({
     root: resolve(options.modelRepository),
     logger,
+    // Each loaded version's scheduler reports to its statistics, which the metrics read.
+    observer: (model, version) => statistics.observerFor(model, version),
     ...(options.random !== undefined ? { random: options.random } : {})
   })
   await repository.loadAll()
 
   const drain = new DrainTracker()
-  const metrics = new WorkerMetrics(() => repository.pendingRequests())
-  const app = buildWorkerHttp({ repository, metrics, logger, bodyLimit: maxBodyBytes, drain })
+  const app = buildWorkerHttp({ repository, statistics, logger, bodyLimit: maxBodyBytes, drain })
   let metricsServer: Server | undefined
   /**
    * fastify's close waits for in-flight requests (return503OnClosing refuses new ones meanwhile); only then are
@@ -108,6 +115,7 @@ export async function startWorker (options: WorkerOptions): Promise<RunningWorke
     metricsPort,
     url,
     repository,
+    statistics,
     close () {
       closing ??= (async () => {
         logger.info({ inFlight: drain.inFlight, shutdownQuietMs, drainTimeoutMs }, 'draining: reporting not-ready, still serving')
@@ -119,6 +127,16 @@ export async function startWorker (options: WorkerOptions): Promise<RunningWorke
       return closing
     }
   }
+}
+
+/** Each READY version's queued requests (received, not yet handed to an instance), for the pending-request gauge. */
+function pendingByVersion (repository: ModelRepository): PendingCount[] {
+  const out: PendingCount[] = []
+  for (const e of repository.index(true)) {
+    if (e.version === undefined) continue
+    out.push({ model: e.name, version: Number(e.version), count: repository.resolve(e.name, e.version).scheduler.queueDepth })
+  }
+  return out
 }
 
 function milliseconds (name: string, value: number | undefined, fallback: number): number {

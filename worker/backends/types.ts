@@ -61,6 +61,11 @@ export interface BackendModel {
 
 export interface Backend {
   readonly name: string
+  /**
+   * Whether its instances can run on a GPU (given a device id in {@link InstanceSpec}): KIND_AUTO groups then get
+   * GPU instances when the worker has GPUs. Absent: CPU only.
+   */
+  readonly supportsGpu?: boolean
   /** Loads one version; rejects with a message that says what is wrong with the model. */
   loadModel (ctx: LoadContext): Promise<BackendModel>
 }

@@ -9,9 +9,11 @@ import { join } from 'node:path'
 import { createError, isFlotillaError } from '../../common/errors.ts'
 import { type Logger } from '../../common/logger.ts'
 import { getBackend as defaultGetBackend } from '../backends/registry.ts'
-import { type Backend, type BackendInstance, type BackendModel, type InstanceSpec } from '../backends/types.ts'
-import { DefaultScheduler } from '../scheduler/default-scheduler.ts'
-import { type Scheduler } from '../scheduler/types.ts'
+import { type Backend, type BackendInstance, type BackendModel } from '../backends/types.ts'
+import { backendSupportsGpu, type DeviceLister, noDevices, placeInstances } from '../instances/instance-groups.ts'
+import { buildWarmupSamples, warmUp } from '../instances/warmup.ts'
+import { createScheduler } from '../scheduler/create-scheduler.ts'
+import { type Scheduler, type SchedulerObserver, type SchedulerOptions } from '../scheduler/types.ts'
 import { parseModelConfig } from './model-config.ts'
 import { type ModelConfig, type VersionPolicy } from './types.ts'
 
@@ -58,6 +60,13 @@ export interface ModelRepositoryOptions {
   logger: Logger
   random?: () => number
   getBackend?: (name: string, modelName: string) => Backend
+  /**
+   * The statistics observer of one version, asked once when the version gets its scheduler (after warmup, so
+   * warmup is not counted); undefined: none.
+   */
+  observer?: (model: string, version: number) => SchedulerObserver | undefined
+  /** The GPUs instances may use (the native module's `devices()`); none by default. */
+  devices?: DeviceLister
 }
 
 const VERSION_DIR = /^(0|[1-9][0-9]*)$/
@@ -79,6 +88,8 @@ export class ModelRepository {
   readonly #logger: Logger
   readonly #random: () => number
   readonly #getBackend: (name: string, modelName: string) => Backend
+  readonly #observer: ((model: string, version: number) => SchedulerObserver | undefined) | undefined
+  readonly #devices: DeviceLister
   readonly #models = new Map<string, ModelRecord>()
 
   constructor (options: ModelRepositoryOptions) {
@@ -86,6 +97,8 @@ export class ModelRepository {
     this.#logger = options.logger
     this.#random = options.random ?? Math.random
     this.#getBackend = options.getBackend ?? defaultGetBackend
+    this.#observer = options.observer
+    this.#devices = options.devices ?? noDevices
   }
 
   get root (): string { return this.#root }
@@ -151,49 +164,42 @@ export class ModelRepository {
     const log = this.#logger.child({ model: record.name, version })
     try {
       const backend = this.#getBackend(config.backend || config.platform, record.name)
-      const specs = this.#instanceSpecs(config)
+      const placement = placeInstances(config.instance_group, {
+        modelName: record.name,
+        devices: this.#devices(),
+        backendSupportsGpu: backendSupportsGpu(backend),
+        backendName: backend.name
+      })
+      for (const warning of placement.warnings) log.warn(warning)
       const backendModel = await backend.loadModel({
         modelName: record.name, version, modelDir, versionDir: join(modelDir, String(version)), config, logger: log,
         random: this.#random
       })
       vr.backendModel = backendModel
-      const created = await Promise.allSettled(specs.map(s => backendModel.createInstance(s)))
+      const created = await Promise.allSettled(placement.specs.map(s => backendModel.createInstance(s)))
       const instances = created.flatMap(r => r.status === 'fulfilled' ? [r.value] : [])
-      const failed = created.find(r => r.status === 'rejected')
-      if (failed !== undefined) {
-        // The instances that did start hold resources (threads, device memory later): release them too.
-        await Promise.all(instances.map(i => i.close().catch(() => {})))
-        throw failed.reason
-      }
       vr.instances = instances
-      if (config.dynamic_batching !== undefined) {
-        // Said once per load, so nobody benchmarks a config that is not doing what it says.
-        log.warn('dynamic_batching is not implemented yet: requests execute one at a time per instance')
+      const failed = created.find(r => r.status === 'rejected')
+      if (failed !== undefined) throw failed.reason
+      // Not READY before every instance ran every warmup sample.
+      const samples = await buildWarmupSamples(config, { modelName: record.name, modelDir, random: this.#random })
+      await warmUp(record.name, instances, samples)
+      const observer = this.#observer?.(record.name, version)
+      const options: SchedulerOptions = {
+        modelName: record.name, version, config, instances, ...(observer !== undefined ? { observer } : {})
       }
-      vr.loaded = { name: record.name, version, config, scheduler: new DefaultScheduler(record.name, instances) }
+      vr.loaded = { name: record.name, version, config, scheduler: createScheduler(options) }
       vr.state = 'READY'
-      log.info({ backend: backend.name, instances: instances.length }, 'model version READY')
+      log.info({ backend: backend.name, instances: instances.length, warmupSamples: samples.length }, 'model version READY')
     } catch (err) {
       vr.state = 'UNAVAILABLE'
       vr.reason = isFlotillaError(err) ? err.message : `Internal: ${message(err)}`
       log.error({ reason: vr.reason }, 'model version is UNAVAILABLE')
+      // The instances that did start hold resources (threads, device memory): release them with the model.
+      await Promise.all((vr.instances ?? []).map(i => i.close().catch(() => {})))
+      vr.instances = []
       await vr.backendModel?.unload().catch(() => {})
     }
-  }
-
-  /** One spec per instance; GPU kinds need the native module's devices, which this worker does not have yet. */
-  #instanceSpecs (config: ModelConfig): InstanceSpec[] {
-    const specs: InstanceSpec[] = []
-    for (const group of config.instance_group) {
-      if (group.kind === 'KIND_GPU') {
-        throw createError('WRK_ERR_MODEL_LOAD', config.name,
-          `instance group '${group.name}' asks for KIND_GPU, but no GPU is available to this worker; ` +
-          'use KIND_CPU or KIND_AUTO')
-      }
-      const kind = group.kind === 'KIND_MODEL' ? 'KIND_MODEL' : 'KIND_CPU'
-      for (let i = 0; i < group.count; i++) specs.push({ name: `${group.name}_${i}`, kind, deviceId: -1 })
-    }
-    return specs
   }
 
   #refreshReady (record: ModelRecord): void {

@@ -1,6 +1,6 @@
 /**
  * The worker's KServe v2 HTTP API, as Triton serves it (triton-behaviour.md section 1): health, server and model
- * metadata, model config, readiness, infer, and the repository index.
+ * metadata, model config, readiness, infer, statistics, and the repository index.
  */
 import { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
 import { createError, isFlotillaError, wrapError } from '../../common/errors.ts'
@@ -14,11 +14,12 @@ import { validateInferRequest } from '../inference/validate-request.ts'
 import { configDataTypeToProtocol, modelConfigToJson } from '../repository/model-config.ts'
 import { type LoadedVersion, type ModelRepository } from '../repository/model-repository.ts'
 import { type DrainTracker } from './drain.ts'
-import { type WorkerMetrics } from './metrics.ts'
+import { type ModelStatistics } from './stats.ts'
 
 export interface WorkerHttpOptions {
   repository: ModelRepository
-  metrics: WorkerMetrics
+  /** What `GET /v2/models[/{m}[/versions/{v}]]/stats` reports: the statistics the schedulers feed. */
+  statistics: ModelStatistics
   logger: Logger
   /** Largest request body, in bytes (default 64 MiB, as Triton's --http-max-input-size). */
   bodyLimit: number
@@ -27,18 +28,17 @@ export interface WorkerHttpOptions {
    * then on ready answers 400, so that gateways stop sending.
    */
   drain: DrainTracker
-  now?: () => bigint
 }
 
-export const EXTENSIONS = ['model_repository', 'model_configuration'] as const
+/** In the order Triton lists them (triton-behaviour.md section 1.4). */
+export const EXTENSIONS = ['model_repository', 'model_configuration', 'statistics'] as const
 
 type ModelParams = { model: string, version?: string }
 
 const DIGITS = /^[0-9]+$/
 
 export function buildWorkerHttp (options: WorkerHttpOptions): FastifyInstance {
-  const { repository } = options
-  const now = options.now ?? process.hrtime.bigint
+  const { repository, statistics } = options
   const app = createKServeServer({
     logger: options.logger, bodyLimit: options.bodyLimit, bodyLimitSetting: 'the worker flag --max-body-bytes'
   })
@@ -93,9 +93,31 @@ export function buildWorkerHttp (options: WorkerHttpOptions): FastifyInstance {
   modelRoutes('/ready', 'GET', async (_loaded, _req, reply) => reply.code(200).send())
   modelRoutes('/config', 'GET', async (loaded, _req, reply) => reply.type('application/json').send(modelConfigToJson(loaded.config)))
   modelRoutes('/infer', 'POST', async (loaded, req, reply) => {
-    const body = await infer(loaded, req.body, options, now)
+    const body = await infer(loaded, req.body, options)
     return reply.type('application/json').send(body)
   })
+
+  // Statistics: every READY version of every model, of one model, or one version. Triton words these errors its own
+  // way (core tritonserver.cc TRITONSERVER_ServerModelStatistics), as 400s, not as the other model routes' 404/503.
+  const sendStats = (reply: FastifyReply, versions: ReadonlyArray<{ name: string, version: number }>): FastifyReply =>
+    reply.type('application/json').send(statistics.toJson(versions))
+  route(app, 'GET', '/v2/models/stats', async (_req, reply) => {
+    const versions = repository.index(true).flatMap(e => e.version === undefined ? [] : [{ name: e.name, version: Number(e.version) }])
+    return sendStats(reply, versions)
+  })
+  for (const url of ['/v2/models/:model/stats', '/v2/models/:model/versions/:version/stats']) {
+    route(app, 'GET', url, async (req, reply) => {
+      const { model, version } = req.params as ModelParams
+      if (version !== undefined && !DIGITS.test(version)) throw createError('FLT_ERR_NOT_FOUND')
+      const ready = repository.readyVersions(model)
+      if (ready.length === 0) throw createError('WRK_ERR_STATS_MODEL_NOT_AVAILABLE', model)
+      if (version === undefined) return sendStats(reply, ready.map(v => ({ name: model, version: v })))
+      if (!ready.includes(Number(version))) {
+        throw createError('WRK_ERR_STATS_VERSION_NOT_AVAILABLE', model)
+      }
+      return sendStats(reply, [{ name: model, version: Number(version) }])
+    })
+  }
 
   route(app, 'POST', '/v2/repository/index', async (req, reply) => {
     let readyOnly = false
@@ -126,15 +148,14 @@ export function buildWorkerHttp (options: WorkerHttpOptions): FastifyInstance {
   return app
 }
 
-async function infer (loaded: LoadedVersion, body: unknown, options: WorkerHttpOptions, now: () => bigint): Promise<string> {
+async function infer (loaded: LoadedVersion, body: unknown, options: WorkerHttpOptions): Promise<string> {
   const raw = Buffer.isBuffer(body) ? body : Buffer.alloc(0)
   if (raw.length === 0) throw createError('PROTO_ERR_INVALID_REQUEST', 'the infer request has no body; send a JSON inference request')
   const request = decodeInferRequest(raw, { maxInputBytes: options.bodyLimit })
   const batchSize = validateInferRequest(loaded.config, request, loaded.name)
   const requested = request.outputs?.map(o => o.name) ?? loaded.config.output.map(o => o.name)
 
-  const labels = { model: loaded.name, version: String(loaded.version) }
-  const start = now()
+  // Statistics and metrics are the scheduler's to report (its observer): only requests that reach it count.
   let response
   try {
     response = await loaded.scheduler.enqueue({
@@ -144,13 +165,9 @@ async function infer (loaded: LoadedVersion, body: unknown, options: WorkerHttpO
       batchSize
     })
   } catch (err) {
-    options.metrics.failure.inc({ ...labels, reason: 'BACKEND' })
     throw isFlotillaError(err) ? err : wrapError('WRK_ERR_EXECUTION_FAILED', err, loaded.name, err instanceof Error ? err.message : String(err))
   }
-  if ('error' in response) {
-    options.metrics.failure.inc({ ...labels, reason: 'BACKEND' })
-    throw createError('WRK_ERR_EXECUTION_FAILED', loaded.name, response.error.message)
-  }
+  if ('error' in response) throw createError('WRK_ERR_EXECUTION_FAILED', loaded.name, response.error.message)
 
   const produced = new Map(response.outputs.map(t => [t.name, t]))
   const outputs: Tensor[] = []
@@ -159,15 +176,9 @@ async function infer (loaded: LoadedVersion, body: unknown, options: WorkerHttpO
     if (t !== undefined) outputs.push(t)
     else if (request.outputs !== undefined) {
       // The client asked for it by name: silently leaving it out would hand back a response it cannot use.
-      options.metrics.failure.inc({ ...labels, reason: 'BACKEND' })
       throw createError('WRK_ERR_EXECUTION_FAILED', loaded.name, `the backend did not produce requested output '${name}'`)
     }
   }
-
-  options.metrics.success.inc(labels)
-  options.metrics.inferenceCount.inc(labels, Math.max(1, batchSize))
-  options.metrics.execCount.inc(labels)
-  options.metrics.requestDurationUs.inc(labels, Number((now() - start) / 1000n))
 
   return encodeInferResponse({
     ...(request.id !== undefined && request.id !== '' ? { id: request.id } : {}),

@@ -1,48 +1,162 @@
 /**
- * Worker metrics with Triton's names and labels (triton-behaviour.md section 8), so dashboards built for Triton
- * work unchanged. Durations are cumulative microseconds, as Triton's counters are.
+ * Worker metrics with Triton's names, labels and help texts (triton-behaviour.md section 8; core
+ * src/metric_model_reporter.cc), so dashboards built for Triton work unchanged. In a registry per worker rather than
+ * prom-client's global one, so that several workers in one process (tests) do not share counters.
+ *
+ * The per-version counters are not counted here: they are the statistics the schedulers report
+ * (worker/server/stats.ts), read at scrape time. So only requests that reached a scheduler count, as in Triton
+ * (a request refused by validation before enqueue is in neither), the counters always agree with
+ * `GET /v2/models/stats`, and the request path pays nothing for them: prom-client builds and hashes a label string
+ * on every `inc`. Durations are cumulative microseconds, truncated per request, as Triton's counters are. The one
+ * per-request metric, the latency histogram, counts into plain numbers too.
  */
 import { createServer, type Server } from 'node:http'
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client'
+import { errorBody } from '../../common/errors.ts'
+import { FAILURE_REASONS, type VersionStatistics } from './stats.ts'
+
+/**
+ * Buckets of `nv_inference_first_response_histogram_ms`, in milliseconds: Triton's defaults (triton-behaviour.md
+ * section 8; Triton prints the histogram with `--metrics-config histogram_latencies=true`, and only for decoupled
+ * models, whose first response comes before the last; here every model has it, and its one response is the first).
+ */
+export const FIRST_RESPONSE_BUCKETS_MS: readonly number[] = [100, 500, 2000, 5000]
+
+const FIRST_RESPONSE = 'nv_inference_first_response_histogram_ms'
+const FIRST_RESPONSE_HELP = 'Duration from request to first response in milliseconds'
+
+/** A label value in the Prometheus text format. */
+const escapeLabel = (value: string): string => value.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n')
+
+/**
+ * One version's latency histogram, counted in plain numbers and written out at scrape time: prom-client's
+ * `Histogram.observe`, even through a child bound to its labels, builds an object and a label string per call,
+ * which cost more than all of a request's statistics together.
+ */
+class LatencyHistogram {
+  /** `model="…",version="…"`, escaped once. */
+  readonly labels: string
+  /** Observations per bucket, not cumulative; the last one is above every bound. */
+  readonly #counts: number[]
+  #sum = 0
+  #count = 0
+
+  constructor (readonly model: string, readonly version: number, readonly bounds: readonly number[]) {
+    this.labels = `model="${escapeLabel(model)}",version="${version}"`
+    this.#counts = new Array<number>(bounds.length + 1).fill(0)
+  }
+
+  observe (ms: number): void {
+    this.#count++
+    this.#sum += ms
+    let i = 0
+    while (i < this.bounds.length && ms > this.bounds[i]!) i++
+    this.#counts[i]!++
+  }
+
+  /** Its samples in prometheus-cpp's order (what Triton prints): count, sum, then cumulative buckets, `le` last. */
+  write (lines: string[]): void {
+    lines.push(`${FIRST_RESPONSE}_count{${this.labels}} ${this.#count}`, `${FIRST_RESPONSE}_sum{${this.labels}} ${this.#sum}`)
+    let cumulative = 0
+    for (let i = 0; i < this.bounds.length; i++) {
+      cumulative += this.#counts[i]!
+      lines.push(`${FIRST_RESPONSE}_bucket{${this.labels},le="${this.bounds[i]!}"} ${cumulative}`)
+    }
+    lines.push(`${FIRST_RESPONSE}_bucket{${this.labels},le="+Inf"} ${this.#count}`)
+  }
+}
+
+/** A model version's pending requests: received by its scheduler and not yet handed to an instance. */
+export interface PendingCount {
+  readonly model: string
+  readonly version: number
+  readonly count: number
+}
+
+/** What the metrics read at scrape time. */
+export interface MetricSources {
+  /** Every version's statistics (`ModelStatistics.all()`). */
+  statistics (): Iterable<VersionStatistics>
+  /** The pending requests of each READY version. */
+  pending (): Iterable<PendingCount>
+}
+
+type ModelLabels = 'model' | 'version'
 
 export class WorkerMetrics {
   readonly registry = new Registry()
-  readonly success: Counter<'model' | 'version'>
-  readonly failure: Counter<'model' | 'version' | 'reason'>
-  readonly inferenceCount: Counter<'model' | 'version'>
-  readonly execCount: Counter<'model' | 'version'>
-  readonly requestDurationUs: Counter<'model' | 'version'>
-  readonly pending: Gauge
+  /** By model and version (`model\0version`): a version loaded again replaces its histogram. */
+  readonly #latencies = new Map<string, LatencyHistogram>()
 
-  constructor (pendingRequests: () => number) {
+  constructor (sources: MetricSources) {
     const registers = [this.registry]
-    this.success = new Counter({
-      name: 'nv_inference_request_success', help: 'Number of successful inference requests, all batch sizes',
-      labelNames: ['model', 'version'], registers
+    /** A counter whose samples are one statistic of each version, read at scrape time. */
+    const statistic = (name: string, help: string, value: (s: VersionStatistics) => number): void => {
+      new Counter<ModelLabels>({
+        name, help, labelNames: ['model', 'version'], registers,
+        collect () {
+          // Reset first, so that a version loaded again (statistics from zero) is not added twice.
+          this.reset()
+          for (const s of sources.statistics()) this.inc(s.labels, value(s))
+        }
+      })
+    }
+    statistic('nv_inference_request_success', 'Number of successful inference requests, all batch sizes', s => s.successCount)
+    new Counter<ModelLabels | 'reason'>({
+      name: 'nv_inference_request_failure',
+      help: 'Number of failed inference requests, all batch sizes',
+      // Triton's exposition lists labels alphabetically: {model, reason, version}.
+      labelNames: ['model', 'reason', 'version'],
+      registers,
+      collect () {
+        this.reset()
+        // All four reasons from load time on, zeros included, as Triton creates them.
+        for (const s of sources.statistics()) {
+          for (const reason of FAILURE_REASONS) this.inc({ model: s.labels.model, reason, version: s.labels.version }, s.failures(reason))
+        }
+      }
     })
-    this.failure = new Counter({
-      name: 'nv_inference_request_failure', help: 'Number of failed inference requests, all batch sizes',
-      labelNames: ['model', 'version', 'reason'], registers
-    })
-    this.inferenceCount = new Counter({
-      name: 'nv_inference_count', help: 'Number of inferences performed (does not include cached requests)',
-      labelNames: ['model', 'version'], registers
-    })
-    this.execCount = new Counter({
-      name: 'nv_inference_exec_count', help: 'Number of model executions performed (does not include cached requests)',
-      labelNames: ['model', 'version'], registers
-    })
-    this.requestDurationUs = new Counter({
-      name: 'nv_inference_request_duration_us', help: 'Cumulative inference request duration in microseconds',
-      labelNames: ['model', 'version'], registers
-    })
-    this.pending = new Gauge({
+    statistic('nv_inference_count', 'Number of inferences performed (does not include cached requests)', s => s.inferenceCount)
+    statistic('nv_inference_exec_count', 'Number of model executions performed (does not include cached requests)',
+      s => s.executionCount)
+    statistic('nv_inference_request_duration_us',
+      'Cumulative inference request duration in microseconds (includes cached requests)', s => s.requestUs)
+    statistic('nv_inference_queue_duration_us',
+      'Cumulative inference queuing duration in microseconds (includes cached requests)', s => s.queueUs)
+    statistic('nv_inference_compute_input_duration_us',
+      'Cumulative compute input duration in microseconds (does not include cached requests)', s => s.computeInputUs)
+    statistic('nv_inference_compute_infer_duration_us',
+      'Cumulative compute inference duration in microseconds (does not include cached requests)', s => s.computeInferUs)
+    statistic('nv_inference_compute_output_duration_us',
+      'Cumulative inference compute output duration in microseconds (does not include cached requests)',
+      s => s.computeOutputUs)
+    new Gauge<ModelLabels>({
       name: 'nv_inference_pending_request_count',
       help: 'Instantaneous number of pending requests awaiting execution per-model.',
+      labelNames: ['model', 'version'],
       registers,
-      collect () { this.set(pendingRequests()) }
+      collect () {
+        this.reset()
+        for (const p of sources.pending()) this.set({ model: p.model, version: String(p.version) }, p.count)
+      }
     })
     collectDefaultMetrics({ register: this.registry })
+  }
+
+  /** A version's series of `nv_inference_first_response_histogram_ms` (`StatisticsOptions.latency`), from zero. */
+  latency (model: string, version: number): { observe (ms: number): void } {
+    const histogram = new LatencyHistogram(model, version, FIRST_RESPONSE_BUCKETS_MS)
+    this.#latencies.set(`${model}\0${version}`, histogram)
+    return histogram
+  }
+
+  /** The whole exposition, in the Prometheus text format: prom-client's families, then the latency histogram. */
+  async metrics (): Promise<string> {
+    const lines = [`# HELP ${FIRST_RESPONSE} ${FIRST_RESPONSE_HELP}`, `# TYPE ${FIRST_RESPONSE} histogram`]
+    const histograms = [...this.#latencies.values()]
+      .sort((a, b) => a.model < b.model ? -1 : a.model > b.model ? 1 : a.version - b.version)
+    for (const h of histograms) h.write(lines)
+    return `${await this.registry.metrics()}\n${lines.join('\n')}\n`
   }
 
   /** A plain HTTP listener: GET /metrics (and /metrics/), as Triton's metrics port. */
@@ -50,16 +164,16 @@ export class WorkerMetrics {
     return createServer((req, res) => {
       const path = (req.url ?? '').split('?')[0]
       if (path !== '/metrics' && path !== '/metrics/') {
-        res.writeHead(404, { 'content-type': 'application/json' }).end('{"error":"Not Found"}')
+        res.writeHead(404, { 'content-type': 'application/json' }).end(errorBody('Not Found'))
         return
       }
       if (req.method !== 'GET') {
-        res.writeHead(405, { 'content-type': 'application/json' }).end('{"error":"Method Not Allowed"}')
+        res.writeHead(405, { 'content-type': 'application/json' }).end(errorBody('Method Not Allowed'))
         return
       }
-      this.registry.metrics().then(
+      this.metrics().then(
         text => res.writeHead(200, { 'content-type': this.registry.contentType }).end(text),
-        err => res.writeHead(500, { 'content-type': 'text/plain' }).end(String(err))
+        (err: unknown) => res.writeHead(500, { 'content-type': 'application/json' }).end(errorBody(String(err)))
       )
     })
   }

@@ -27,7 +27,7 @@ t.test('the demo repository: health, metadata, config, ready, infer', async t =>
   const meta = await get(`${w.url}/v2`)
   t.equal(meta.status, 200)
   t.equal(meta.json.name, 'flotilla')
-  t.match(meta.json.extensions, ['model_repository', 'model_configuration'])
+  t.strictSame(meta.json.extensions, ['model_repository', 'model_configuration', 'statistics'])
 
   const simple = await get(`${w.url}/v2/models/simple`)
   t.strictSame(simple.json, {
@@ -292,27 +292,6 @@ t.test('js models: failures are the request\'s, never the worker\'s', async t =>
   t.match(index.find(e => e.name === 'nomodule')?.reason, /needs .*model\.js/)
   t.match(index.find(e => e.name === 'noexec')?.reason, /must export a function named 'execute'/)
   t.equal((await get(`${w.url}/v2/health/live`)).status, 200)
-})
-
-t.test('metrics use Triton\'s names and count outcomes', async t => {
-  const w = await worker(t, DEMO_MODELS)
-  const good = {
-    inputs: [
-      { name: 'INPUT0', datatype: 'INT32', shape: [2, 16], data: iota(32) },
-      { name: 'INPUT1', datatype: 'INT32', shape: [2, 16], data: iota(32) }
-    ]
-  }
-  await post(`${w.url}/v2/models/simple/infer`, good)
-  await post(`${w.url}/v2/models/simple/infer`, good)
-  await post(`${w.url}/v2/models/simple/infer`, { inputs: [] })
-  const metrics = await get(`http://127.0.0.1:${w.metricsPort}/metrics`)
-  t.equal(metrics.status, 200)
-  t.match(metrics.text, /nv_inference_request_success\{model="simple",version="1"\} 2\n/)
-  t.match(metrics.text, /nv_inference_count\{model="simple",version="1"\} 4\n/, 'inference count sums batch sizes')
-  t.match(metrics.text, /nv_inference_exec_count\{model="simple",version="1"\} 2\n/)
-  t.notMatch(metrics.text, /nv_inference_request_failure\{[^}]*model="simple"/, 'validation errors are not counted, as in Triton')
-  t.match(metrics.text, /nv_inference_pending_request_count 0\n/)
-  t.equal((await get(`http://127.0.0.1:${w.metricsPort}/other`)).status, 404)
 })
 
 t.test('close waits for in-flight requests', async t => {
