@@ -47,6 +47,13 @@ export type BackendResponse =
 
 export interface BackendInstance {
   /**
+   * Set by instances that run a batch as one tensor per input (Triton's backends do): the dynamic batcher then
+   * hands them a batch of several requests as one request, its inputs concatenated along the batch dimension, and
+   * splits each output back to the requests without copying (`scheduler/batch-tensors.ts`). Absent: they get the
+   * list of requests.
+   */
+  readonly mergedBatches?: boolean
+  /**
    * Executes a batch. Resolves with exactly one response per request, in order. A rejection fails every
    * request of the batch. Called with at most one batch in flight per instance.
    */

@@ -5,8 +5,8 @@
  *
  * Copies: merging copies each request's elements once, into one new buffer per input; a batch of one request is
  * handed back as it is. Splitting copies nothing: each request's part is a `subarray` view of the batch output
- * (BYTES, an array of per-element buffers, gets a new array of the same buffers). A backend that keeps per-request
- * handling (identity, simulated) does not need this module.
+ * (BYTES, an array of per-element buffers, gets a new array of the same buffers). The dynamic batcher uses it for
+ * instances that set `mergedBatches` (identity and simulated do); the others get the list of requests.
  *
  * Ragged inputs (`allow_ragged_batch`, shapes that differ beyond the batch dimension) are merged as Triton's
  * backends merge them: into one 1-D tensor of all the elements, in request order.

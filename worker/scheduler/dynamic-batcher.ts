@@ -18,6 +18,7 @@ import { createError } from '../../common/errors.ts'
 import { type BackendInstance, type BackendRequest, type BackendResponse } from '../backends/types.ts'
 import { type DynamicBatching } from '../repository/types.ts'
 import { batchRules, type BatchRules, type FormableItem, formBatch, ShapeCheck } from './batch-former.ts'
+import { mergeInputs, splitOutputs } from './batch-tensors.ts'
 import { REAL_CLOCK } from './clock.ts'
 import { Deque } from './deque.ts'
 import { NO_DEADLINE, PriorityRequestQueue, requestPriority, requestTimeoutUs } from './priority-queue.ts'
@@ -47,6 +48,9 @@ class Entry implements FormableItem {
   startNs = 0n
   /** Its batch's execute() time. */
   inferNs = 0n
+  /** Its batch's time merging inputs and splitting outputs (merged batches only). */
+  inputNs = 0n
+  outputNs = 0n
   /** Answered by the instance (kept here until delivered when preserve_ordering holds it back). */
   done = false
   response: BackendResponse | undefined = undefined
@@ -61,6 +65,20 @@ class Entry implements FormableItem {
 }
 
 function noop (): void {}
+
+/** A merged batch's compute_input and compute_output times, filled in as it runs. */
+interface Phases { inputNs: bigint, outputNs: bigint }
+
+/** Whether every request of a batch has the same inputs (an optional input given by some only cannot be merged). */
+function sameInputs (requests: readonly BackendRequest[]): boolean {
+  const first = requests[0]!.inputs
+  for (let i = 1; i < requests.length; i++) {
+    const inputs = requests[i]!.inputs
+    if (inputs.size !== first.size) return false
+    for (const name of inputs.keys()) if (!first.has(name)) return false
+  }
+  return true
+}
 
 export class DynamicBatcher implements Scheduler {
   readonly #modelName: string
@@ -184,19 +202,59 @@ export class DynamicBatcher implements Scheduler {
       this.#ordered?.push(entry)
     }
     this.#executing += count
+    const phases: Phases = { inputNs: 0n, outputNs: 0n }
     let execution: Promise<BackendResponse[]>
     try {
-      execution = instance.execute(requests)
+      execution = instance.mergedBatches === true && count > 1 && sameInputs(requests)
+        ? this.#executeMerged(instance, requests, phases)
+        : instance.execute(requests)
     } catch (err) {
       execution = Promise.reject(err)
     }
     execution.then(
-      responses => { this.#completed(instance, entries, size, now, responses) },
+      responses => { this.#completed(instance, entries, size, now, responses, phases) },
       err => { this.#failed(instance, entries, now, err) }
     )
   }
 
-  #completed (instance: BackendInstance, entries: Entry[], size: number, startNs: bigint, responses: BackendResponse[]): void {
+  /**
+   * One execution of a batch as one request: inputs concatenated along the batch dimension (one copy), each
+   * output split back into per-request views (no copy). The two phases are Triton's compute_input and
+   * compute_output.
+   */
+  async #executeMerged (instance: BackendInstance, requests: BackendRequest[], phases: Phases): Promise<BackendResponse[]> {
+    const clock = this.#clock
+    const t0 = clock.now()
+    const wanted = new Set<string>()
+    let batchSize = 0
+    for (const r of requests) {
+      batchSize += Math.max(1, r.batchSize)
+      for (const name of r.requestedOutputs) wanted.add(name)
+    }
+    const merged: BackendRequest = {
+      inputs: mergeInputs(requests),
+      requestedOutputs: [...wanted],
+      // Per-request parameters cannot be merged; the first request's stand for the batch, as in Triton's backends.
+      parameters: requests[0]!.parameters,
+      batchSize
+    }
+    phases.inputNs = clock.now() - t0
+    const [response] = await instance.execute([merged])
+    const t1 = clock.now()
+    let out: BackendResponse[]
+    if (response === undefined) {
+      throw createError('WRK_ERR_EXECUTION_FAILED', this.#modelName, 'the backend returned no response for a merged batch')
+    } else if ('error' in response) {
+      out = requests.map(() => response)
+    } else {
+      const parts = splitOutputs(response.outputs, requests)
+      out = parts.map((outputs) => ({ outputs }))
+    }
+    phases.outputNs = clock.now() - t1
+    return out
+  }
+
+  #completed (instance: BackendInstance, entries: Entry[], size: number, startNs: bigint, responses: BackendResponse[], phases: Phases): void {
     if (!Array.isArray(responses) || responses.length !== entries.length) {
       const count = Array.isArray(responses) ? String(responses.length) : 'no array of'
       this.#failed(instance, entries, startNs, createError('WRK_ERR_EXECUTION_FAILED', this.#modelName,
@@ -204,12 +262,14 @@ export class DynamicBatcher implements Scheduler {
       return
     }
     const end = this.#clock.now()
-    const inferNs = end - startNs
+    const inferNs = end - startNs - phases.inputNs - phases.outputNs
     this.#idle.push(instance)
-    this.#observer.batchDone(size, 0n, inferNs, 0n)
+    this.#observer.batchDone(size, phases.inputNs, inferNs, phases.outputNs)
     for (let i = 0; i < entries.length; i++) {
       const entry = entries[i] as Entry
       entry.inferNs = inferNs
+      entry.inputNs = phases.inputNs
+      entry.outputNs = phases.outputNs
       entry.response = responses[i]
       entry.done = true
     }
@@ -247,7 +307,7 @@ export class DynamicBatcher implements Scheduler {
 
   #deliver (entry: Entry, now: bigint): void {
     this.#executing--
-    const timing = { queueNs: entry.startNs - entry.enqueueNs, computeInputNs: 0n, computeInferNs: entry.inferNs, computeOutputNs: 0n }
+    const timing = { queueNs: entry.startNs - entry.enqueueNs, computeInputNs: entry.inputNs, computeInferNs: entry.inferNs, computeOutputNs: entry.outputNs }
     const response = entry.response
     if (response !== undefined) {
       const ok = !('error' in response)

@@ -3,9 +3,10 @@
  * batches out (what each instance's execute() received). Rules from triton-behaviour.md §6.4 and qa L0_batcher.
  */
 import t from 'tap'
+import { type BackendInstance, type BackendRequest } from '../../../worker/backends/types.ts'
 import { type ModelConfig } from '../../../worker/repository/types.ts'
 import { DynamicBatcher } from '../../../worker/scheduler/dynamic-batcher.ts'
-import { FakeInstance, FakeSchedulerClock, type ModelOptions, model, RecordingObserver, Submitter, us } from './fixtures/helpers.ts'
+import { FakeInstance, FakeSchedulerClock, type ModelOptions, model, RecordingObserver, request, Submitter, us } from './fixtures/helpers.ts'
 
 const SECONDS_10 = 10_000_000
 
@@ -315,4 +316,62 @@ t.test('a batch forms only when an instance is idle; the first to free up takes 
   t.equal(h.scheduler.queueDepth, 0)
   t.equal(h.scheduler.executing, 4)
   t.same(h.s.settled, ['b'], 'b (on i0) answered')
+})
+
+t.test('an instance that takes merged batches gets one request with the inputs concatenated, and each request its own view of the output', async t => {
+  const { identityBackend } = await import('../../../worker/backends/identity-backend.ts')
+  const { silentLogger } = await import('../../../common/logger.ts')
+  const config = batching({ max_queue_delay_microseconds: SECONDS_10 }, { maxBatchSize: 8 })
+  const loaded = await identityBackend.loadModel({ modelName: 'm', version: 1, modelDir: '.', versionDir: '.', config, logger: silentLogger(), random: Math.random })
+  const identity = await loaded.createInstance({ name: 'm_0', kind: 'KIND_CPU', deviceId: -1 })
+  const seen: BackendRequest[][] = []
+  const instance: BackendInstance = {
+    mergedBatches: true,
+    execute: (requests) => { seen.push([...requests]); return identity.execute(requests) },
+    close: async () => {}
+  }
+  const clock = new FakeSchedulerClock()
+  const observer = new RecordingObserver()
+  const scheduler = new DynamicBatcher({ modelName: 'm', version: 1, config, instances: [instance], observer, clock })
+  const filled = (tag: string, batch: number, first: number): BackendRequest => {
+    const r = request(tag, { batch })
+    const data = r.inputs.get('INPUT0')!.data as Float32Array
+    for (let i = 0; i < data.length; i++) data[i] = first + i
+    return r
+  }
+  // 1 + 3 + 4 = 8: the preferred size (max_batch_size) is reached, so the batch goes at once.
+  const answers = Promise.all([filled('a', 1, 0), filled('b', 3, 100), filled('c', 4, 200)].map((r) => scheduler.enqueue(r)))
+  await clock.to(us(1))
+  const responses = await answers
+
+  t.equal(seen.length, 1, 'one execution')
+  t.equal(seen[0]!.length, 1, 'of one merged request')
+  const merged = seen[0]![0]!
+  t.equal(merged.batchSize, 8)
+  t.strictSame(merged.inputs.get('INPUT0')!.shape, [8, 4], 'inputs concatenated along the batch dimension')
+  const outputs = responses.map((r) => ('outputs' in r ? r.outputs[0]! : undefined))
+  t.strictSame(outputs.map((o) => o?.shape), [[1, 4], [3, 4], [4, 4]], 'each request gets its own part')
+  t.strictSame(Array.from(outputs[1]!.data as Float32Array).slice(0, 3), [100, 101, 102], 'with its own values')
+  t.equal((outputs[1]!.data as Float32Array).buffer, (outputs[2]!.data as Float32Array).buffer, 'parts are views of one output: no copy')
+  t.strictSame(observer.batches.map((b) => b.size), [8])
+  t.strictSame(observer.requests.map((r) => r.ok), [true, true, true])
+})
+
+t.test('merged batches are not used for a batch whose requests give different inputs, nor for one request', async t => {
+  const config = batching({}, { maxBatchSize: 2 })
+  const seen: number[] = []
+  const instance: BackendInstance = {
+    mergedBatches: true,
+    execute: async (requests) => { seen.push(requests.length); return requests.map(() => ({ outputs: [] })) },
+    close: async () => {}
+  }
+  const own = new DynamicBatcher({ modelName: 'm', version: 1, config, instances: [instance], clock: new FakeSchedulerClock() })
+  const lone = request('x')
+  await own.enqueue(lone)
+  const a = request('a')
+  const b = request('b')
+  const extra = b.inputs as Map<string, unknown>
+  extra.set('EXTRA', { name: 'EXTRA', datatype: 'FP32', shape: [1, 1], data: new Float32Array(1) })
+  await Promise.all([own.enqueue(a), own.enqueue(b)])
+  t.strictSame(seen, [1, 2], 'one request as is; two with different inputs as a list')
 })
