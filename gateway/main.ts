@@ -8,6 +8,7 @@ import { performance } from 'node:perf_hooks'
 import { Agent } from 'undici'
 import { closeServer, listen, listenServer, originOf } from '../common/http-server.ts'
 import { createLogger, type Logger } from '../common/logger.ts'
+import { WORKER_DRAINING_HEADER } from '../common/protocol/headers.ts'
 import { balancerNames, hasBalancer, validateBalancerOptions } from './balancer/registry.ts'
 import { type BalancerDeps } from './balancer/types.ts'
 import { loadFleetFile, type FleetConfig } from './fleet/fleet-config.ts'
@@ -19,7 +20,6 @@ import { Forwarder, REAL_TIMERS } from './proxy/forward.ts'
 import { ModelPolicies } from './proxy/model-policy.ts'
 import { retrySettingsOf } from './proxy/retry-policy.ts'
 import { UpstreamPool, type PoolFactory } from './proxy/upstream-pool.ts'
-import { WORKER_DRAINING_HEADER } from '../common/protocol/headers.ts'
 import { adminToken, buildAdminServer } from './admin/admin-server.ts'
 import { Canaries } from './canary/canaries.ts'
 import { FleetController } from './fleet/fleet-controller.ts'
@@ -285,7 +285,11 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
     const changes = controller.applyFile(next)
     policies.apply(next)
     const canaryChanges = canaries.applyFile(next.canary)
-    const restart = RESTART_SECTIONS.filter((k) => JSON.stringify(next[k]) !== JSON.stringify(current[k]))
+    const restart: string[] = RESTART_SECTIONS.filter((k) => JSON.stringify(next[k]) !== JSON.stringify(current[k]))
+    // The fleet computes panic with the threshold it was built with.
+    if (next.load_balancer.panic_threshold_percent !== current.load_balancer.panic_threshold_percent) {
+      restart.push('load_balancer.panic_threshold_percent')
+    }
     current = next
     metrics.reload(true)
     const summary = { ...changes, canaries: canaryChanges }
@@ -322,8 +326,9 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
 }
 
 /**
- * Sections a reload does not apply: listeners, limits and settings the running proxy and checkers were built with.
- * A change to them is logged, and applies at the next start.
+ * Sections a reload does not apply: listeners, limits and settings the running proxy and checkers were built with
+ * (and `load_balancer.panic_threshold_percent`, checked apart). A change to them is logged, and applies at the next
+ * start.
  */
 const RESTART_SECTIONS = ['gateway', 'retries', 'health_check', 'outlier_detection'] as const
 
