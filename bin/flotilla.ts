@@ -9,6 +9,7 @@ import { dirname, isAbsolute, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { createError, isFlotillaError } from '../common/errors.ts'
+import { isLoopbackHost } from '../common/http-server.ts'
 import { createLogger, type Logger } from '../common/logger.ts'
 import { FLOTILLA_VERSION } from '../common/version.ts'
 import { runFleetCommand } from '../gateway/admin/fleet-cli.ts'
@@ -151,8 +152,6 @@ async function runGateway (flags: Flags, logger: Logger): Promise<void> {
   announce({ role: 'gateway', httpPort: gateway.httpPort, metricsPort: gateway.metricsPort, adminPort: gateway.adminPort, url: gateway.url })
 }
 
-const LOOPBACK = /^(127\.[0-9.]+|localhost|::1|\[::1\])$/
-
 interface ReadyMessage { type: string, httpPort: number, metricsPort: number, url: string }
 
 /**
@@ -186,7 +185,7 @@ async function runStart (flags: Flags, logger: Logger): Promise<void> {
   const repo = isAbsolute(fleet.model_repository) ? fleet.model_repository : resolve(dirname(file), fleet.model_repository)
   const servers = fleet.inference_servers
   for (const s of servers) {
-    if (!LOOPBACK.test(s.host)) {
+    if (!isLoopbackHost(s.host)) {
       usage(`flotilla start runs every worker on this machine, but server '${s.name}' has host ${s.host}; ` +
         "use 'flotilla gateway --config' for a fleet on other hosts")
     }

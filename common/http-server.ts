@@ -167,6 +167,13 @@ export function createKServeServer (options: KServeServerOptions): FastifyInstan
   return app
 }
 
+const LOOPBACK = /^(127\.[0-9.]+|localhost|::1|\[::1\])$/
+
+/** Whether `host` only ever reaches this machine (a loopback address, or `localhost`). */
+export function isLoopbackHost (host: string): boolean {
+  return LOOPBACK.test(host)
+}
+
 /** `http://host:port`, bracketing IPv6 literals as URLs require. */
 export function originOf (host: string, port: number): string {
   return `http://${host.includes(':') ? `[${host}]` : host}:${port}`

@@ -11,7 +11,7 @@ import { readFileSync } from 'node:fs'
 import { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
 import { request as undiciRequest } from 'undici'
 import { createError } from '../../common/errors.ts'
-import { createKServeServer, route } from '../../common/http-server.ts'
+import { createKServeServer, isLoopbackHost, originOf, route } from '../../common/http-server.ts'
 import { type Logger } from '../../common/logger.ts'
 import { type Canaries, type ModelCanary } from '../canary/canaries.ts'
 import { canaryProblem, canarySpec, inferenceServerSpec } from '../fleet/fleet-config.ts'
@@ -30,7 +30,6 @@ import {
 const ADMIN_BODY_LIMIT = 1024 * 1024
 /** How long `models: "discover"` waits for the worker's repository index. */
 const DISCOVERY_TIMEOUT_MS = 5000
-const LOOPBACK = /^(127\.[0-9.]+|localhost|::1|\[::1\])$/
 
 export interface AdminServerOptions {
   fleet: Fleet
@@ -67,7 +66,7 @@ export function adminToken (host: string, tokenFile: string | undefined, env: No
     const fromEnv = env[ADMIN_TOKEN_ENV]?.trim()
     token = fromEnv === undefined || fromEnv === '' ? undefined : fromEnv
   }
-  if (token === undefined && !LOOPBACK.test(host)) throw createError('GW_ERR_ADMIN_TOKEN_REQUIRED', host)
+  if (token === undefined && !isLoopbackHost(host)) throw createError('GW_ERR_ADMIN_TOKEN_REQUIRED', host)
   return token
 }
 
@@ -134,9 +133,8 @@ export function buildAdminServer (options: AdminServerOptions): FastifyInstance 
     }
     let names: string[]
     if (models === undefined || models === 'discover') {
-      const origin = `http://${server.host.includes(':') ? `[${server.host}]` : server.host}:${server.port}`
       try {
-        names = await discover(origin)
+        names = await discover(originOf(server.host, server.port))
       } catch (err) {
         throw createError('GW_ERR_ADMIN_DISCOVERY', server.name, (err as Error).message)
       }

@@ -30,21 +30,11 @@ export class DefaultScheduler implements Scheduler {
   #stopping = false
   #drainWaiters: Array<() => void> = []
 
-  /** `new DefaultScheduler(options)`; the older `(modelName, instances)` form still works (real clock, no observer). */
-  constructor (options: SchedulerOptions)
-  constructor (modelName: string, instances: readonly BackendInstance[])
-  constructor (options: SchedulerOptions | string, instances?: readonly BackendInstance[]) {
-    if (typeof options === 'string') {
-      this.#modelName = options
-      this.#clock = REAL_CLOCK
-      this.#observer = NOOP_OBSERVER
-      this.#idle = [...(instances ?? [])]
-    } else {
-      this.#modelName = options.modelName
-      this.#clock = options.clock ?? REAL_CLOCK
-      this.#observer = options.observer ?? NOOP_OBSERVER
-      this.#idle = [...options.instances]
-    }
+  constructor (options: SchedulerOptions) {
+    this.#modelName = options.modelName
+    this.#clock = options.clock ?? REAL_CLOCK
+    this.#observer = options.observer ?? NOOP_OBSERVER
+    this.#idle = [...options.instances]
   }
 
   get queueDepth (): number { return this.#queue.length }

@@ -117,10 +117,10 @@ t.test('stop(): refuses new requests and waits for queued and executing ones', a
   await h.scheduler.stop()
 })
 
-t.test('the (modelName, instances) constructor still works, on the real clock', async t => {
+t.test('with no clock and no observer given, it runs on the real clock', async t => {
   const log: string[][] = []
   const instance = new FakeInstance('i0', log)
-  const s = new Submitter(new DefaultScheduler('m', [instance]))
+  const s = new Submitter(new DefaultScheduler({ modelName: 'm', version: 1, config: model(), instances: [instance] }))
   const done = s.submit('a')
   t.same(log, [['a']])
   instance.complete()
