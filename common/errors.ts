@@ -69,6 +69,20 @@ export const errorCodes = {
   WRK_ERR_UNKNOWN_BACKEND: {
     http: 500, grpc: 'INTERNAL', message: "unknown backend '%s' for model '%s'; known backends: %s"
   },
+  WRK_ERR_NATIVE_UNAVAILABLE: {
+    http: 500, grpc: 'INTERNAL',
+    message: 'the native module (native/) could not be loaded: %s; build it with `npm run build:native`'
+  },
+  WRK_ERR_ONNX_INVALID: { http: 500, grpc: 'INTERNAL', message: "failed to load model '%s': %s is not a valid ONNX model: %s" },
+  WRK_ERR_ONNX_UNSUPPORTED_OP: {
+    http: 500, grpc: 'INTERNAL',
+    message: "failed to load model '%s': the native backend cannot run op %s (node '%s'); it runs %s. " +
+      'Set backend: "onnxruntime" in config.pbtxt to run this model with onnxruntime'
+  },
+  WRK_ERR_ONNXRUNTIME_UNAVAILABLE: {
+    http: 500, grpc: 'INTERNAL',
+    message: "failed to load model '%s': the onnxruntime backend needs the onnxruntime-node package: %s"
+  },
 
   // gateway
   GW_ERR_FLEET_INVALID: { http: 500, grpc: 'INTERNAL', message: '%s' },

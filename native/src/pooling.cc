@@ -1,0 +1,260 @@
+// MaxPool, AveragePool (NCHW, kernel, strides, pads, dilations, count_include_pad) and GlobalAveragePool. The output
+// size comes from the plan (ceil_mode is the planner's choice): a window that runs past the padded input is clipped,
+// as onnxruntime does.
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "cpu_kernels.h"
+
+namespace flotilla {
+namespace cpu {
+
+namespace {
+
+struct Window {
+  int64_t h, w, oh, ow, kh, kw, sh, sw, pt, pl, pb, pr, dh, dw;
+};
+
+Window windowOf(const OpAttrs& at, const TensorRef& x, const TensorRef& y) {
+  return {x.shape[2], x.shape[3], y.shape[2], y.shape[3], at.kernelShape[0], at.kernelShape[1], at.strides[0],
+          at.strides[1], at.pads[0], at.pads[1], at.pads[2], at.pads[3], at.dilations[0], at.dilations[1]};
+}
+
+template <typename PlaneFn>
+void forPlanes(const TensorRef& x, const TensorRef& y, ThreadPool* pool, const PlaneFn& fn) {
+  const int64_t planes = x.shape[0] * x.shape[1];
+  const int64_t in = x.shape[2] * x.shape[3], out = y.shape[2] * y.shape[3];
+  const float* px = x.f32();
+  float* py = y.f32();
+  parallelRange(pool, planes, std::max(in, out), [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; p++) fn(px + p * in, py + p * out);
+  });
+}
+
+int64_t ceilDiv(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+
+/** ox in [lo, hi) where column ox * sw + offset lies in [first, last). (Two divisions: computed once an op.) */
+inline void columnRange(const Window& g, int64_t offset, int64_t first, int64_t last, int64_t* lo, int64_t* hi) {
+  *lo = std::min(g.ow, std::max<int64_t>(0, ceilDiv(first - offset, g.sw)));
+  *hi = std::max(*lo, std::min(g.ow, ceilDiv(last - offset, g.sw)));
+}
+
+// Both pools go output by output with the taps in a tight loop: outputs whose window lies inside the image (in
+// columns: ox in [interiorLo, interiorHi)) check nothing per tap, the others check each tap's column. Looping tap by
+// tap over whole output rows instead made GCC vectorise strided loads over rows of 14: several times slower.
+
+struct Taps {
+  const int64_t* lo;      // per kernel column j: outputs whose tap j is inside the image
+  const int64_t* hi;
+  int64_t interiorLo;     // outputs whose every tap is inside, in columns
+  int64_t interiorHi;
+};
+
+/** Rows i in [*lo, *hi) of the window of output row oy that are inside the image (they are contiguous). */
+inline void rowRange(const Window& g, int64_t oy, int64_t* lo, int64_t* hi) {
+  *lo = 0;
+  *hi = g.kh;
+  while (*lo < *hi && oy * g.sh - g.pt + *lo * g.dh < 0) ++*lo;
+  while (*hi > *lo && oy * g.sh - g.pt + (*hi - 1) * g.dh >= g.h) --*hi;
+}
+
+inline float maxAt(const float* in, const Window& g, const Taps& t, int64_t oy, int64_t ox, int64_t ilo, int64_t ihi,
+                   bool interior) {
+  float m = std::numeric_limits<float>::lowest();
+  for (int64_t i = ilo; i < ihi; i++) {
+    const float* r = in + (oy * g.sh - g.pt + i * g.dh) * g.w + ox * g.sw - g.pl;
+    for (int64_t j = 0; j < g.kw; j++) {
+      if (!interior && (ox < t.lo[j] || ox >= t.hi[j])) continue;
+      const float v = r[j * g.dw];
+      m = v > m ? v : m;
+    }
+  }
+  return m;
+}
+
+/** The max of a KH x KW window wholly inside the image, unrolled (2x2 and 3x3 pools are most of them). */
+template <int KH, int KW>
+inline float maxWindow(const float* r, int64_t rowStride, int64_t dw) {
+  float m = r[0];
+  for (int i = 0; i < KH; i++) {
+    for (int j = 0; j < KW; j++) {
+      const float v = r[i * rowStride + j * dw];
+      m = v > m ? v : m;
+    }
+  }
+  return m;
+}
+
+template <int KH, int KW>
+void maxPlaneFixed(const float* in, float* out, const Window& g, const Taps& t) {
+  for (int64_t oy = 0; oy < g.oh; oy++) {
+    int64_t ilo, ihi;
+    rowRange(g, oy, &ilo, &ihi);
+    float* row = out + oy * g.ow;
+    const bool rowsInside = ilo == 0 && ihi == g.kh;
+    const int64_t a = rowsInside ? std::min(t.interiorLo, g.ow) : g.ow;
+    const int64_t b = rowsInside ? std::max(a, t.interiorHi) : g.ow;
+    for (int64_t ox = 0; ox < a; ox++) row[ox] = maxAt(in, g, t, oy, ox, ilo, ihi, false);
+    const float* top = in + (oy * g.sh - g.pt) * g.w - g.pl;
+    for (int64_t ox = a; ox < b; ox++) row[ox] = maxWindow<KH, KW>(top + ox * g.sw, g.dh * g.w, g.dw);
+    for (int64_t ox = b; ox < g.ow; ox++) row[ox] = maxAt(in, g, t, oy, ox, ilo, ihi, false);
+  }
+}
+
+void maxPlaneAny(const float* in, float* out, const Window& g, const Taps& t) {
+  for (int64_t oy = 0; oy < g.oh; oy++) {
+    int64_t ilo, ihi;
+    rowRange(g, oy, &ilo, &ihi);
+    float* row = out + oy * g.ow;
+    const int64_t a = std::min(t.interiorLo, g.ow), b = std::max(a, t.interiorHi);
+    for (int64_t ox = 0; ox < a; ox++) row[ox] = maxAt(in, g, t, oy, ox, ilo, ihi, false);
+    for (int64_t ox = a; ox < b; ox++) row[ox] = maxAt(in, g, t, oy, ox, ilo, ihi, true);
+    for (int64_t ox = b; ox < g.ow; ox++) row[ox] = maxAt(in, g, t, oy, ox, ilo, ihi, false);
+  }
+}
+
+/**
+ * NaN wins, as in onnxruntime. Comparisons drop NaN, so instead of tracking it per tap (a flag that cost more than
+ * the max itself), a plane holding a NaN is redone with every window that covers one set to NaN.
+ */
+void propagateNan(const float* in, float* out, const Window& g, const Taps& t) {
+  // x - x is 0 unless x is NaN or infinite: one vectorised pass finds out whether there is anything to do.
+  float probe = 0.0f;
+#pragma omp simd reduction(+ : probe)
+  for (int64_t k = 0; k < g.h * g.w; k++) probe += in[k] - in[k];
+  if (probe == probe) return;
+  for (int64_t oy = 0; oy < g.oh; oy++) {
+    int64_t ilo, ihi;
+    rowRange(g, oy, &ilo, &ihi);
+    for (int64_t ox = 0; ox < g.ow; ox++) {
+      for (int64_t i = ilo; i < ihi; i++) {
+        const float* r = in + (oy * g.sh - g.pt + i * g.dh) * g.w + ox * g.sw - g.pl;
+        for (int64_t j = 0; j < g.kw; j++) {
+          if (ox >= t.lo[j] && ox < t.hi[j] && r[j * g.dw] != r[j * g.dw]) out[oy * g.ow + ox] = r[j * g.dw];
+        }
+      }
+    }
+  }
+}
+
+void maxPlane(const float* in, float* out, const Window& g, const Taps& t) {
+  if (g.kh == 2 && g.kw == 2) maxPlaneFixed<2, 2>(in, out, g, t);
+  else if (g.kh == 3 && g.kw == 3) maxPlaneFixed<3, 3>(in, out, g, t);
+  else maxPlaneAny(in, out, g, t);
+  propagateNan(in, out, g, t);
+}
+
+template <int KH, int KW>
+inline float sumWindow(const float* r, int64_t rowStride, int64_t dw) {
+  float sum = 0.0f;
+  for (int i = 0; i < KH; i++) {
+    for (int j = 0; j < KW; j++) sum += r[i * rowStride + j * dw];
+  }
+  return sum;
+}
+
+inline float sumAt(const float* in, const Window& g, const Taps& t, int64_t oy, int64_t ox, int64_t ilo, int64_t ihi) {
+  float sum = 0.0f;
+  for (int64_t i = ilo; i < ihi; i++) {
+    const float* r = in + (oy * g.sh - g.pt + i * g.dh) * g.w + ox * g.sw - g.pl;
+    for (int64_t j = 0; j < g.kw; j++) {
+      if (ox >= t.lo[j] && ox < t.hi[j]) sum += r[j * g.dw];
+    }
+  }
+  return sum;
+}
+
+template <int KH, int KW>
+void averagePlaneT(const float* in, float* out, const Window& g, bool includePad, const float* colCount,
+                   const Taps& t) {
+  for (int64_t oy = 0; oy < g.oh; oy++) {
+    int64_t ilo, ihi;
+    rowRange(g, oy, &ilo, &ihi);
+    int64_t rowsPadded = 0;
+    for (int64_t i = 0; i < g.kh; i++) {
+      if (oy * g.sh - g.pt + i * g.dh < g.h + g.pb) rowsPadded++;   // past the padded input: clipped, not counted
+    }
+    const float rows = static_cast<float>(includePad ? rowsPadded : ihi - ilo);
+    float* row = out + oy * g.ow;
+    const bool fixed = KH > 0 && ilo == 0 && ihi == g.kh;
+    const int64_t a = fixed ? std::min(t.interiorLo, g.ow) : g.ow;
+    const int64_t b = fixed ? std::max(a, t.interiorHi) : g.ow;
+    for (int64_t ox = 0; ox < a; ox++) row[ox] = sumAt(in, g, t, oy, ox, ilo, ihi);
+    if constexpr (KH > 0) {
+      const float* top = in + (oy * g.sh - g.pt) * g.w - g.pl;
+      for (int64_t ox = a; ox < b; ox++) row[ox] = sumWindow<KH, KW>(top + ox * g.sw, g.dh * g.w, g.dw);
+    }
+    for (int64_t ox = b; ox < g.ow; ox++) row[ox] = sumAt(in, g, t, oy, ox, ilo, ihi);
+    for (int64_t ox = 0; ox < g.ow; ox++) {
+      const float count = rows * colCount[ox];
+      row[ox] = count > 0.0f ? row[ox] / count : 0.0f;
+    }
+  }
+}
+
+void averagePlane(const float* in, float* out, const Window& g, bool includePad, const float* colCount,
+                  const Taps& t) {
+  if (g.kh == 2 && g.kw == 2) averagePlaneT<2, 2>(in, out, g, includePad, colCount, t);
+  else if (g.kh == 3 && g.kw == 3) averagePlaneT<3, 3>(in, out, g, includePad, colCount, t);
+  else averagePlaneT<0, 0>(in, out, g, includePad, colCount, t);
+}
+
+}  // namespace
+
+/** Per kernel column j, the outputs whose tap j falls inside the image. */
+static Taps tapRanges(const Window& g, std::vector<int64_t>* lo, std::vector<int64_t>* hi) {
+  lo->resize(static_cast<size_t>(g.kw));
+  hi->resize(static_cast<size_t>(g.kw));
+  Taps t{lo->data(), hi->data(), 0, g.ow};
+  for (int64_t j = 0; j < g.kw; j++) {
+    columnRange(g, j * g.dw - g.pl, 0, g.w, &(*lo)[j], &(*hi)[j]);
+    t.interiorLo = std::max(t.interiorLo, (*lo)[j]);
+    t.interiorHi = std::min(t.interiorHi, (*hi)[j]);
+  }
+  return t;
+}
+
+void maxPool(const OpAttrs& attrs, const TensorRef& x, const TensorRef& y, ThreadPool* pool) {
+  const Window g = windowOf(attrs, x, y);
+  std::vector<int64_t> lo, hi;
+  const Taps t = tapRanges(g, &lo, &hi);
+  forPlanes(x, y, pool, [&](const float* in, float* out) { maxPlane(in, out, g, t); });
+}
+
+void averagePool(const OpAttrs& attrs, const TensorRef& x, const TensorRef& y, ThreadPool* pool) {
+  const Window g = windowOf(attrs, x, y);
+  const bool includePad = attrs.countIncludePad;
+  // Columns each output's window counts: in the image, or (count_include_pad) in the padded image.
+  std::vector<float> colCount(static_cast<size_t>(g.ow), 0.0f);
+  for (int64_t j = 0; j < g.kw; j++) {
+    const int64_t offset = j * g.dw - g.pl;
+    int64_t lo, hi;
+    if (includePad) columnRange(g, offset, -g.pl, g.w + g.pr, &lo, &hi);
+    else columnRange(g, offset, 0, g.w, &lo, &hi);
+    for (int64_t ox = lo; ox < hi; ox++) colCount[static_cast<size_t>(ox)] += 1.0f;
+  }
+  std::vector<int64_t> lo, hi;
+  const Taps t = tapRanges(g, &lo, &hi);
+  forPlanes(x, y, pool, [&](const float* in, float* out) { averagePlane(in, out, g, includePad, colCount.data(), t); });
+}
+
+void globalAveragePool(const TensorRef& x, const TensorRef& y, ThreadPool* pool) {
+  int64_t spatial = 1;
+  for (size_t i = 2; i < x.shape.size(); i++) spatial *= x.shape[i];
+  const int64_t planes = x.shape[0] * x.shape[1];
+  const float* px = x.f32();
+  float* py = y.f32();
+  parallelRange(pool, planes, spatial, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; p++) {
+      const float* in = px + p * spatial;
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t i = 0; i < spatial; i++) sum += in[i];
+      py[p] = spatial > 0 ? sum / static_cast<float>(spatial) : 0.0f;
+    }
+  });
+}
+
+}  // namespace cpu
+}  // namespace flotilla
