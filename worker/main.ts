@@ -6,6 +6,8 @@ import { type Server } from 'node:http'
 import { resolve } from 'node:path'
 import { closeServer, listen, listenServer, originOf } from '../common/http-server.ts'
 import { createLogger, type Logger } from '../common/logger.ts'
+import { loadNative, nativeLoadError } from '../native/index.ts'
+import { type GpuDevice } from './instances/instance-groups.ts'
 import { ModelRepository } from './repository/model-repository.ts'
 import { DrainTracker } from './server/drain.ts'
 import { WorkerMetrics, type PendingCount } from './server/metrics.ts'
@@ -70,9 +72,11 @@ export async function startWorker (options: WorkerOptions): Promise<RunningWorke
   // Both read lazily (at scrape time, per loaded version), so they can exist before the repository they describe.
   const metrics: WorkerMetrics = new WorkerMetrics({ statistics: () => statistics.all(), pending: () => pendingByVersion(repository) })
   const statistics: ModelStatistics = new ModelStatistics({ latency: (model, version) => metrics.latency(model, version) })
+  const devices = nativeDevices(logger)
   const repository = new ModelRepository({
     root: resolve(options.modelRepository),
     logger,
+    devices: () => devices,
     // Each loaded version's scheduler reports to its statistics, which the metrics read.
     observer: (model, version) => statistics.observerFor(model, version),
     ...(options.random !== undefined ? { random: options.random } : {})
@@ -144,4 +148,22 @@ function milliseconds (name: string, value: number | undefined, fallback: number
   // A programming error in the embedding code, not an operational one: thrown like Node's own option checks.
   if (!Number.isFinite(value) || value < 0) throw new RangeError(`${name} must be a non-negative number of milliseconds, got ${value}`)
   return value
+}
+
+/**
+ * The GPUs the native module sees, listed once at start (KIND_AUTO and KIND_GPU groups are placed on them). A worker
+ * whose addon does not load still serves every other backend: that is logged, and models on `native` fail their load
+ * with the reason.
+ */
+function nativeDevices (logger: Logger): GpuDevice[] {
+  const reason = nativeLoadError()
+  if (reason !== undefined) {
+    logger.warn({ reason }, 'native module unavailable: models on the native backend will not load')
+    return []
+  }
+  const native = loadNative()
+  const devices = native.devices()
+  logger.info({ cpu: native.cpu(), cuda: native.cudaCompiledIn, gpus: devices, ...(devices.length === 0 ? { why: native.cudaReason() } : {}) },
+    'native module loaded')
+  return devices.map(d => ({ id: d.id, name: d.name }))
 }

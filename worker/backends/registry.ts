@@ -2,12 +2,16 @@
 import { createError } from '../../common/errors.ts'
 import { identityBackend } from './identity-backend.ts'
 import { jsBackend } from './js-backend.ts'
+import { nativeBackend } from './native/native-backend.ts'
+import { onnxruntimeBackend } from './onnxruntime-backend.ts'
 import { simulatedBackend } from './simulated-backend.ts'
 import { type Backend } from './types.ts'
 
 const backends = new Map<string, Backend>([
   [identityBackend.name, identityBackend],
   [jsBackend.name, jsBackend],
+  [nativeBackend.name, nativeBackend],
+  [onnxruntimeBackend.name, onnxruntimeBackend],
   [simulatedBackend.name, simulatedBackend]
 ])
 

@@ -24,9 +24,9 @@ const ctx = (cfg: ReturnType<typeof config>, random = () => 0.5) => ({
 })
 
 t.test('registry', async t => {
-  t.strictSame(backendNames(), ['identity', 'js', 'simulated'])
+  t.strictSame(backendNames(), ['identity', 'js', 'native', 'onnxruntime', 'simulated'])
   t.equal(getBackend('js', 'm').name, 'js')
-  t.throws(() => getBackend('tensorrt', 'm'), { code: 'WRK_ERR_UNKNOWN_BACKEND', message: "unknown backend 'tensorrt' for model 'm'; known backends: identity, js, simulated" })
+  t.throws(() => getBackend('tensorrt', 'm'), { code: 'WRK_ERR_UNKNOWN_BACKEND', message: "unknown backend 'tensorrt' for model 'm'; known backends: identity, js, native, onnxruntime, simulated" })
 })
 
 t.test('identity pairs outputs with inputs by position and checks them at load', async t => {
