@@ -97,6 +97,7 @@ void maxPlaneFixed(const float* in, float* out, const Window& g, const Taps& t) 
     const int64_t b = rowsInside ? std::max(a, t.interiorHi) : g.ow;
     for (int64_t ox = 0; ox < a; ox++) row[ox] = maxAt(in, g, t, oy, ox, ilo, ihi, false);
     const float* top = in + (oy * g.sh - g.pt) * g.w - g.pl;
+#pragma omp simd
     for (int64_t ox = a; ox < b; ox++) row[ox] = maxWindow<KH, KW>(top + ox * g.sw, g.dh * g.w, g.dw);
     for (int64_t ox = b; ox < g.ow; ox++) row[ox] = maxAt(in, g, t, oy, ox, ilo, ihi, false);
   }
@@ -119,11 +120,11 @@ void maxPlaneAny(const float* in, float* out, const Window& g, const Taps& t) {
  * the max itself), a plane holding a NaN is redone with every window that covers one set to NaN.
  */
 void propagateNan(const float* in, float* out, const Window& g, const Taps& t) {
-  // x - x is 0 unless x is NaN or infinite: one vectorised pass finds out whether there is anything to do.
-  float probe = 0.0f;
-#pragma omp simd reduction(+ : probe)
-  for (int64_t k = 0; k < g.h * g.w; k++) probe += in[k] - in[k];
-  if (probe == probe) return;
+  // One vectorised pass finds out whether there is anything to do.
+  int any = 0;
+#pragma omp simd reduction(| : any)
+  for (int64_t k = 0; k < g.h * g.w; k++) any |= in[k] != in[k];
+  if (any == 0) return;
   for (int64_t oy = 0; oy < g.oh; oy++) {
     int64_t ilo, ihi;
     rowRange(g, oy, &ilo, &ihi);
@@ -183,6 +184,7 @@ void averagePlaneT(const float* in, float* out, const Window& g, bool includePad
     for (int64_t ox = 0; ox < a; ox++) row[ox] = sumAt(in, g, t, oy, ox, ilo, ihi);
     if constexpr (KH > 0) {
       const float* top = in + (oy * g.sh - g.pt) * g.w - g.pl;
+#pragma omp simd
       for (int64_t ox = a; ox < b; ox++) row[ox] = sumWindow<KH, KW>(top + ox * g.sw, g.dh * g.w, g.dw);
     }
     for (int64_t ox = b; ox < g.ow; ox++) row[ox] = sumAt(in, g, t, oy, ox, ilo, ihi);

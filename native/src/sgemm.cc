@@ -457,14 +457,20 @@ void gemmColumns(const Problem& p, Isa isa, int64_t j0, int64_t j1) {
   }
 }
 
-/** Products below this many multiply-adds run on one thread: waking another costs more than it saves. */
+/** Products below this many multiply-adds run on one thread: waking another costs more than it saves... */
 constexpr double kParallelMacs = 1 << 21;
+/**
+ * ...unless B is large: a product with few rows (batch 1 or 8 through a layer's weights) streams B from L3 once and
+ * is bound by one core's bandwidth, so two cores reading half of B each take about half the time.
+ */
+constexpr double kParallelBElements = 1 << 17;
 
 void gemmRows(const Problem& p, Isa isa, ThreadPool* pool) {
   const Blocking& bl = blockingFor(isa);
   const double macs = static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
   const int threads = pool == nullptr ? 1 : pool->size();
-  if (threads <= 1 || macs < kParallelMacs) {
+  const double bElements = static_cast<double>(p.k) * static_cast<double>(p.n);
+  if (threads <= 1 || (macs < kParallelMacs && bElements < kParallelBElements)) {
     gemmColumns(p, isa, 0, p.n);
     return;
   }
