@@ -92,27 +92,13 @@ function strides (dims: readonly number[]): number[] {
 
 /** For each element of `outDims`, the element of `inDims` numpy broadcasting reads. */
 export function broadcastMap (outDims: readonly number[], inDims: readonly number[]): Int32Array {
-  const n = elementCount(outDims)
-  const map = new Int32Array(n)
   const rank = outDims.length
   const inStrides = strides(inDims)
-  const eff = outDims.map((_, i) => {
+  // A broadcast dimension (missing, or 1 in the input) reads the same element all along: stride 0.
+  return broadcastMapWithStrides(outDims, outDims.map((_, i) => {
     const j = i - (rank - inDims.length)
     return j < 0 || inDims[j] === 1 ? 0 : inStrides[j]!
-  })
-  const idx = new Array<number>(rank).fill(0)
-  let off = 0
-  for (let e = 0; e < n; e++) {
-    map[e] = off
-    for (let i = rank - 1; i >= 0; i--) {
-      idx[i]!++
-      off += eff[i]!
-      if (idx[i]! < outDims[i]!) break
-      off -= eff[i]! * idx[i]!
-      idx[i] = 0
-    }
-  }
-  return map
+  }))
 }
 
 function transposeMap (inDims: readonly number[], perm: readonly number[]): Int32Array {
@@ -121,6 +107,7 @@ function transposeMap (inDims: readonly number[], perm: readonly number[]): Int3
   return broadcastMapWithStrides(outDims, perm.map(p => inStrides[p]!))
 }
 
+/** For each element of `outDims`, the input offset when output dimension i advances the input by eff[i]. */
 function broadcastMapWithStrides (outDims: readonly number[], eff: readonly number[]): Int32Array {
   const n = elementCount(outDims)
   const map = new Int32Array(n)
