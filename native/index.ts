@@ -87,6 +87,8 @@ export interface SessionOptions {
   precision?: 'fp32' | 'fp16' | 'bf16'
   /** Fill the arena and the outputs with NaN before each run, so an element no kernel wrote shows (tests). */
   poison?: boolean
+  /** CPU: a thread pool of its own with this many threads; 0 or absent: the process-wide pool (FLOTILLA_NATIVE_THREADS or the cores). */
+  threads?: number
 }
 
 export interface NativeSession {

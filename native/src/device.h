@@ -51,8 +51,8 @@ class Device {
   virtual std::unique_ptr<OpState> prepare(const OpDesc& op, const std::vector<const TensorDesc*>& inputs,
                                            Precision precision) = 0;
   /**
-   * Runs one op. `inputs[i].data` is null for an absent optional input. Throws std::runtime_error with a message
-   * naming the op on bad data (an index out of range), never crashes.
+   * Runs one op. `inputs[i].data` is null for an absent optional input. Bad data (an index out of range) throws
+   * std::invalid_argument (the request's fault: a 400), any other failure std::runtime_error; never crashes.
    */
   virtual void run(const OpDesc& op, OpState* state, const std::vector<TensorRef>& inputs,
                    const std::vector<TensorRef>& outputs) = 0;
