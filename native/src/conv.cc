@@ -3,6 +3,8 @@
 // unpadded convolution uses the image itself). Convolutions with few output channels per group (depthwise ones, a
 // first layer on one input channel) are computed directly instead: a product with 1 to 8 rows cannot keep the
 // microkernel busy, and im2col would copy the image kH*kW times for it. Batches of images run one image per thread.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -78,6 +80,31 @@ void finishRow(float* __restrict out, const float* __restrict acc, int64_t n, Ac
 
 thread_local std::vector<float> tlsPadded;
 thread_local std::vector<float> tlsWide;
+thread_local std::vector<int64_t> tlsOffsets;
+
+/**
+ * acc[m * n + t] = bias[m] + sum over taps k of w[m * taps + k] * x[t + offset[k]] for MG output channels at once:
+ * each input vector is loaded once and multiplied into all MG accumulators, which stay in registers (the axpy pass
+ * per tap loaded and stored the accumulator taps x channels times, and was bound by those stores).
+ */
+template <int MG>
+__attribute__((target("avx512f"))) void tapSumAvx512(const float* x, const int64_t* offset, int64_t taps,
+                                                     const float* w, const float* bias, float* acc, int64_t n) {
+  for (int64_t t = 0; t < n; t += 16) {
+    const __mmask16 mask = n - t >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - t)) - 1);
+    __m512 s[MG];
+    for (int m = 0; m < MG; m++) s[m] = _mm512_set1_ps(bias != nullptr ? bias[m] : 0.0f);
+    for (int64_t k = 0; k < taps; k++) {
+      const __m512 xv = _mm512_maskz_loadu_ps(mask, x + t + offset[k]);
+      for (int m = 0; m < MG; m++) s[m] = _mm512_fmadd_ps(_mm512_set1_ps(w[m * taps + k]), xv, s[m]);
+    }
+    for (int m = 0; m < MG; m++) _mm512_mask_storeu_ps(acc + m * n + t, mask, s[m]);
+  }
+}
+
+using TapSum = void (*)(const float*, const int64_t*, int64_t, const float*, const float*, float*, int64_t);
+constexpr TapSum kTapSums[8] = {&tapSumAvx512<1>, &tapSumAvx512<2>, &tapSumAvx512<3>, &tapSumAvx512<4>,
+                                &tapSumAvx512<5>, &tapSumAvx512<6>, &tapSumAvx512<7>, &tapSumAvx512<8>};
 
 /**
  * One image and group, directly, for stride 1: the input is copied once into a zero-padded buffer Wp wide, and each
@@ -98,6 +125,26 @@ void convDirect(const float* x, const float* wg, const float* bias, float* y, co
     }
   }
   const int64_t n = g.oh * wp;
+  if (gemmIsa() == Isa::Avx512 && mg <= 8) {
+    // Tap k = (c, i, j) reads the padded input at c * planeP + i * dh * wp + j * dw from the output position.
+    const int64_t taps = g.c * g.kh * g.kw;
+    tlsOffsets.resize(static_cast<size_t>(taps));
+    for (int64_t c = 0, k = 0; c < g.c; c++) {
+      for (int64_t i = 0; i < g.kh; i++) {
+        for (int64_t j = 0; j < g.kw; j++, k++) {
+          tlsOffsets[static_cast<size_t>(k)] = c * planeP + i * g.dh * wp + j * g.dw;
+        }
+      }
+    }
+    tlsWide.resize(static_cast<size_t>(mg * n));
+    float* acc = tlsWide.data();
+    kTapSums[mg - 1](tlsPadded.data(), tlsOffsets.data(), taps, wg, bias, acc, n);
+    for (int64_t m = 0; m < mg; m++) {
+      float* out = y + m * g.oh * g.ow;
+      for (int64_t oy = 0; oy < g.oh; oy++) finishRow(out + oy * g.ow, acc + m * n + oy * wp, g.ow, act, slope);
+    }
+    return;
+  }
   tlsWide.resize(static_cast<size_t>(n));
   float* acc = tlsWide.data();
   for (int64_t m = 0; m < mg; m++) {
