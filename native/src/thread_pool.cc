@@ -10,9 +10,17 @@ namespace flotilla {
 namespace {
 
 // A model runs op after op, each a parallel region of tens of microseconds: a helper that went to sleep on a futex
-// after each one takes 10-50 us to wake for the next. So helpers spin this long after a region before sleeping
+// after each one takes 10-50 us to wake for the next. So helpers spin a while after a region before sleeping
 // (onnxruntime's intra-op pool spins too), and the caller spins while it waits for the last task.
-constexpr auto kSpin = std::chrono::microseconds(30);
+// FLOTILLA_NATIVE_SPIN_US sets how long (0: sleep at once).
+std::chrono::microseconds spinTime() {
+  static const std::chrono::microseconds spin = [] {
+    const char* env = std::getenv("FLOTILLA_NATIVE_SPIN_US");
+    const long us = env != nullptr ? std::atol(env) : 30;
+    return std::chrono::microseconds(us < 0 ? 0 : us);
+  }();
+  return spin;
+}
 
 inline void relax() { _mm_pause(); }
 
@@ -75,7 +83,7 @@ void ThreadPool::parallelFor(int64_t tasks, const std::function<void(int64_t)>& 
 void ThreadPool::workerLoop() {
   uint64_t seen = generation_.load(std::memory_order_acquire);
   for (;;) {
-    const auto spinUntil = std::chrono::steady_clock::now() + kSpin;
+    const auto spinUntil = std::chrono::steady_clock::now() + spinTime();
     uint64_t now = generation_.load(std::memory_order_acquire);
     while (now == seen && !stop_.load(std::memory_order_relaxed)) {
       if (std::chrono::steady_clock::now() >= spinUntil) {
