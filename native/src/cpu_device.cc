@@ -94,7 +94,7 @@ void CpuDevice::run(const OpDesc& op, OpState* state, const std::vector<TensorRe
       cpu::copy(in[0], y);
       return;
     case OpType::Transpose:
-      cpu::transpose(in[0], y, at.perm);
+      cpu::transpose(in[0], y, at.perm, pool_);
       return;
     case OpType::Concat:
       cpu::concat(in, y, at.axis);

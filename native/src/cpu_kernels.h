@@ -81,7 +81,7 @@ void layerNorm(const TensorRef& x, const float* scale, const float* bias, const 
 // data_movement.cc
 /** Gathers slices of `data` along `axis` (indices int32 or int64, negative ones counted from the end). */
 void gather(const TensorRef& data, const TensorRef& indices, const TensorRef& y, int axis);
-void transpose(const TensorRef& x, const TensorRef& y, const std::vector<int32_t>& perm);
+void transpose(const TensorRef& x, const TensorRef& y, const std::vector<int32_t>& perm, ThreadPool* pool);
 void concat(const std::vector<TensorRef>& inputs, const TensorRef& y, int axis);
 /** Same bytes, another shape (a Reshape the session did not alias). */
 void copy(const TensorRef& x, const TensorRef& y);
