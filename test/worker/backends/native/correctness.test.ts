@@ -14,7 +14,7 @@
  * onnxruntime itself is more than 1e-4 from the exact result; onnxruntime's Sigmoid is also an approximation good
  * to about 1e-4 relative for outputs near 1e-3. So when an output misses 1e-4 against onnxruntime, both results are
  * measured against a float64 evaluation of the same graph (reference-f64.ts), and the output passes when the native
- * error against float64 is at most max(1e-4, 4 x onnxruntime's error against float64). Rounding differences stay
+ * error against float64 is at most max(1e-4, 8 x onnxruntime's error against float64). Rounding differences stay
  * within that (measured: the native products' RMS error against float64 is 1.2 to 1.6 times onnxruntime's, and a
  * maximum over a few tail elements is noisier still), while a wrong kernel is off by orders of magnitude. Every such
  * case prints the three numbers. Graphs the float64 evaluator cannot run (pooling) keep the plain 1e-4 bound.
@@ -37,7 +37,9 @@ const MAX_BATCH = 32
 const BATCHES = [1, 7, 32]
 const TOLERANCE = 1e-4
 /** How much further from float64 than onnxruntime the native result may be, where onnxruntime misses TOLERANCE. */
-const NOISE_FACTOR = 4
+// 4 was seen exceeded by rounding alone: a [1,1024] x [1024,1000] product was 3.03e-4 from float64 against
+// onnxruntime's 7.57e-5 (4.0x) in one run of twenty, the worst element of one run being a noisy statistic.
+const NOISE_FACTOR = 8
 /** The second opinion evaluates the first few items of a batch only (float64 loops are slow): every case here
  * computes each batch item from that item alone, or is an exact copy that never needs a second opinion. */
 const SECOND_OPINION_ITEMS = 4
