@@ -22,24 +22,13 @@ import { mkdirSync, realpathSync, writeFileSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
+import { seededRandom } from '../common/seeded-random.ts'
 import { OnnxBuilder } from '../worker/backends/native/onnx-builder.ts'
 
 const SELF = fileURLToPath(import.meta.url)
 /** The package root, from the source tree (bin/) and from dist/bin/ alike. */
 const PACKAGE_ROOT = SELF.includes(join('dist', 'bin')) ? resolve(dirname(SELF), '..', '..') : resolve(dirname(SELF), '..')
 export const DEFAULT_MODELS_DIR = join(PACKAGE_ROOT, 'config', 'models')
-
-/** mulberry32: a 32-bit seeded PRNG, uniform in [0, 1). */
-export function mulberry32 (seed: number): () => number {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
 
 /** Standard normals by Box-Muller, both values of each pair used. */
 export function normalSource (uniform: () => number): () => number {
@@ -72,7 +61,7 @@ class WeightSource {
   readonly #normal: () => number
 
   constructor (seed: number) {
-    this.#uniform = mulberry32(seed)
+    this.#uniform = seededRandom(seed)
     this.#normal = normalSource(this.#uniform)
   }
 

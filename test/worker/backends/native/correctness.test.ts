@@ -26,7 +26,8 @@ import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import * as ort from 'onnxruntime-node'
 import t, { type Test } from 'tap'
-import { DEFAULT_MODELS_DIR, mulberry32, normalSource } from '../../../../bin/make-example-models.ts'
+import { DEFAULT_MODELS_DIR, normalSource } from '../../../../bin/make-example-models.ts'
+import { seededRandom } from '../../../../common/seeded-random.ts'
 import { loadNative, type NativeArray, type NativeModule } from '../../../../native/index.ts'
 import { OnnxBuilder, type OnnxAttributeValue, type OnnxBuilderDType } from '../../../../worker/backends/native/onnx-builder.ts'
 import { planFromOnnx, type PlanIo } from '../../../../worker/backends/native/planner.ts'
@@ -45,7 +46,7 @@ const NOISE_FACTOR = 8
 const SECOND_OPINION_ITEMS = 4
 
 const SEED = process.env.CORRECTNESS_SEED !== undefined ? Number(process.env.CORRECTNESS_SEED) : Date.now() % 2147483647
-const uniform = mulberry32(SEED)
+const uniform = seededRandom(SEED)
 const normal = normalSource(uniform)
 
 /** How an input or a weight is drawn. */
