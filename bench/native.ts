@@ -23,9 +23,10 @@
 import { spawnSync } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { cpus } from 'node:os'
-import { dirname, join, resolve } from 'node:path'
+import { join } from 'node:path'
 import { performance } from 'node:perf_hooks'
-import { fileURLToPath } from 'node:url'
+import { DEFAULT_MODELS_DIR } from '../bin/make-example-models.ts'
+import { seededRandom } from '../common/seeded-random.ts'
 import { loadNative, type NativeArray, type NativeModule, type NativeSession } from '../native/index.ts'
 import { planFromOnnx, type LoweredModel } from '../worker/backends/native/planner.ts'
 import { intEnv, median, printTable, round } from './support.ts'
@@ -37,25 +38,13 @@ const MODELS = (process.env.BENCH_MODELS ?? 'mlp,transformer,cnn').split(',')
 const BATCHES = (process.env.BENCH_BATCHES ?? '1,8,32').split(',').map(Number)
 const MAX_BATCH = 32
 
-const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', ...(import.meta.url.includes('/dist/') ? ['..'] : []))
-const modelsDir = join(root, 'config', 'models')
-
 type Ort = typeof import('onnxruntime-node')
 
-/** A deterministic xorshift stream of normal-ish values in [-2, 2] (sum of uniforms), so runs compare. */
+/** Deterministic values in [-2, 2), a sum of four uniforms (roughly normal), so runs compare. */
 function randomArray (length: number, seed: number): Float32Array {
-  let s = seed >>> 0 || 1
+  const uniform = seededRandom(seed)
   const out = new Float32Array(length)
-  for (let i = 0; i < length; i++) {
-    let sum = 0
-    for (let j = 0; j < 4; j++) {
-      s ^= s << 13; s >>>= 0
-      s ^= s >>> 17
-      s ^= s << 5; s >>>= 0
-      sum += s / 4294967296
-    }
-    out[i] = sum - 2
-  }
+  for (let i = 0; i < length; i++) out[i] = uniform() + uniform() + uniform() + uniform() - 2
   return out
 }
 
@@ -153,7 +142,7 @@ function ortFeeds (ort: Ort, lowered: LoweredModel, inputs: NativeArray[], batch
 async function benchModels (native: NativeModule, ort: Ort, device: number): Promise<ModelRow[]> {
   const rows: ModelRow[] = []
   for (const model of MODELS) {
-    const bytes = readFileSync(join(modelsDir, model, '1', 'model.onnx'))
+    const bytes = readFileSync(join(DEFAULT_MODELS_DIR, model, '1', 'model.onnx'))
     const lowered = planFromOnnx(bytes, { modelName: model, maxBatch: MAX_BATCH })
     const session: NativeSession = native.createSession(lowered.plan, { device })
     const ortSession = await ort.InferenceSession.create(bytes, ortOptions())
