@@ -88,31 +88,25 @@ inline float maxWindow(const float* r, int64_t rowStride, int64_t dw) {
   return m;
 }
 
+/** KH = KW = 0: any window size, the taps looped at run time (as averagePlaneT). */
 template <int KH, int KW>
-void maxPlaneFixed(const float* in, float* out, const Window& g, const Taps& t) {
+void maxPlaneT(const float* in, float* out, const Window& g, const Taps& t) {
   for (int64_t oy = 0; oy < g.oh; oy++) {
     int64_t ilo, ihi;
     rowRange(g, oy, &ilo, &ihi);
     float* row = out + oy * g.ow;
-    const bool rowsInside = ilo == 0 && ihi == g.kh;
-    const int64_t a = rowsInside ? std::min(t.interiorLo, g.ow) : g.ow;
-    const int64_t b = rowsInside ? std::max(a, t.interiorHi) : g.ow;
+    // Columns [a, b) need no per-tap column check; the unrolled windows also need every row inside.
+    const bool interior = KH == 0 || (ilo == 0 && ihi == g.kh);
+    const int64_t a = interior ? std::min(t.interiorLo, g.ow) : g.ow;
+    const int64_t b = interior ? std::max(a, t.interiorHi) : g.ow;
     for (int64_t ox = 0; ox < a; ox++) row[ox] = maxAt(in, g, t, oy, ox, ilo, ihi, false);
-    const float* top = in + (oy * g.sh - g.pt) * g.w - g.pl;
+    if constexpr (KH > 0) {
+      const float* top = in + (oy * g.sh - g.pt) * g.w - g.pl;
 #pragma omp simd
-    for (int64_t ox = a; ox < b; ox++) row[ox] = maxWindow<KH, KW>(top + ox * g.sw, g.dh * g.w, g.dw);
-    for (int64_t ox = b; ox < g.ow; ox++) row[ox] = maxAt(in, g, t, oy, ox, ilo, ihi, false);
-  }
-}
-
-void maxPlaneAny(const float* in, float* out, const Window& g, const Taps& t) {
-  for (int64_t oy = 0; oy < g.oh; oy++) {
-    int64_t ilo, ihi;
-    rowRange(g, oy, &ilo, &ihi);
-    float* row = out + oy * g.ow;
-    const int64_t a = std::min(t.interiorLo, g.ow), b = std::max(a, t.interiorHi);
-    for (int64_t ox = 0; ox < a; ox++) row[ox] = maxAt(in, g, t, oy, ox, ilo, ihi, false);
-    for (int64_t ox = a; ox < b; ox++) row[ox] = maxAt(in, g, t, oy, ox, ilo, ihi, true);
+      for (int64_t ox = a; ox < b; ox++) row[ox] = maxWindow<KH, KW>(top + ox * g.sw, g.dh * g.w, g.dw);
+    } else {
+      for (int64_t ox = a; ox < b; ox++) row[ox] = maxAt(in, g, t, oy, ox, ilo, ihi, true);
+    }
     for (int64_t ox = b; ox < g.ow; ox++) row[ox] = maxAt(in, g, t, oy, ox, ilo, ihi, false);
   }
 }
@@ -152,6 +146,10 @@ bool plain2x2(const Window& g) {
  * and odd lanes deinterleaved and combined (a scalar window loop cost ~2.5 ns an output). Max: NaN is handled by
  * propagateNan afterwards; average: the four values times 0.25.
  */
+// GCC 12's _mm512_max_ps is built on _mm512_undefined_ps, which -Wmaybe-uninitialized flags inside target("avx512f")
+// functions: a false positive in the header, not in this code.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 template <bool Max>
 __attribute__((target("avx512f"))) void pool2x2Avx512(const float* in, float* out, const Window& g) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -185,12 +183,13 @@ __attribute__((target("avx512f"))) void pool2x2Avx512(const float* in, float* ou
     }
   }
 }
+#pragma GCC diagnostic pop
 
 void maxPlane(const float* in, float* out, const Window& g, const Taps& t) {
   if (plain2x2(g)) pool2x2Avx512<true>(in, out, g);
-  else if (g.kh == 2 && g.kw == 2) maxPlaneFixed<2, 2>(in, out, g, t);
-  else if (g.kh == 3 && g.kw == 3) maxPlaneFixed<3, 3>(in, out, g, t);
-  else maxPlaneAny(in, out, g, t);
+  else if (g.kh == 2 && g.kw == 2) maxPlaneT<2, 2>(in, out, g, t);
+  else if (g.kh == 3 && g.kw == 3) maxPlaneT<3, 3>(in, out, g, t);
+  else maxPlaneT<0, 0>(in, out, g, t);
   propagateNan(in, out, g, t);
 }
 
