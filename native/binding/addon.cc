@@ -1,6 +1,7 @@
 // The N-API layer: converts JavaScript plans and arrays into the core's types (checking every field, so a mistake is a
-// TypeError naming it and never a crash), wraps a Session, and runs it on libuv's pool (an AsyncWorker) so the event
-// loop never waits on a model. Exports what NativeModule in native/index.ts declares.
+// TypeError naming it and never a crash), wraps a Session, and runs it on the session's own executor thread
+// (src/executor.h), the result coming back through a thread-safe function, so the event loop never waits on a model.
+// Exports what NativeModule in native/index.ts declares.
 //
 // Errors: a malformed plan or argument throws (or, from run(), rejects with) a TypeError or RangeError; a plan the
 // engine rejects throws an Error with code NATIVE_INVALID_PLAN; a run whose data is bad (an index out of range)
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "../src/cuda/cuda_api.h"
+#include "../src/executor.h"
 #include "../src/plan.h"
 #include "../src/session.h"
 #include "../src/sgemm.h"
@@ -285,70 +287,91 @@ Precision parsePrecision(Napi::Env env, Napi::Value v, const std::string& field)
 // ---------------------------------------------------------------------------------------------------------------
 // Session
 
+/**
+ * One run on its way: the promise, the session, the inputs (kept alive, not copied: Session::run copies them in)
+ * and the output arrays it fills. Made on the JavaScript thread, run on the session's executor, finished (promise
+ * settled, references dropped) back on the JavaScript thread.
+ */
+struct RunJob {
+  RunJob(Napi::Env env, std::shared_ptr<Session> session, int batch)
+      : env(env), deferred(Napi::Promise::Deferred::New(env)), session(std::move(session)), batch(batch) {}
+
+  void addInput(Napi::Value array, const void* data) {
+    keep.push_back(Napi::Persistent(array.As<Napi::Object>()));
+    inputs.push_back(data);
+  }
+  void addOutput(Napi::Value array, void* data) {
+    outputs.push_back(data);
+    results.push_back(Napi::Persistent(array.As<Napi::Object>()));
+  }
+
+  /** On the executor's thread. */
+  void execute() {
+    try {
+      session->run(inputs, batch, outputs);
+    } catch (const std::invalid_argument& e) {
+      code = "NATIVE_INVALID_INPUT";
+      error = e.what();
+    } catch (const std::exception& e) {
+      code = "NATIVE_EXECUTION_FAILED";
+      error = e.what();
+    } catch (...) {
+      code = "NATIVE_EXECUTION_FAILED";
+      error = "unknown native exception";
+    }
+  }
+
+  /** Back on the JavaScript thread. */
+  void settle() {
+    Napi::HandleScope scope(env);
+    if (code != nullptr) {
+      deferred.Reject(codedError(env, error, code).Value());
+      return;
+    }
+    Napi::Array out = Napi::Array::New(env, results.size());
+    for (uint32_t i = 0; i < results.size(); i++) out.Set(i, results[i].Value());
+    deferred.Resolve(out);
+  }
+
+  Napi::Env env;
+  Napi::Promise::Deferred deferred;
+  std::shared_ptr<Session> session;
+  int batch;
+  std::vector<const void*> inputs;
+  std::vector<void*> outputs;
+  std::vector<Napi::ObjectReference> keep;
+  std::vector<Napi::ObjectReference> results;
+  const char* code = nullptr;  // set when the run failed
+  std::string error;
+};
+
+struct AddonData;
+void finishRun(Napi::Env env, Napi::Function, AddonData* data, RunJob* job);
+
+/** Carries finished runs from executors back to the JavaScript thread (one per environment). */
+using RunDone = Napi::TypedThreadSafeFunction<AddonData, RunJob, finishRun>;
+
 struct AddonData {
   Napi::FunctionReference sessionConstructor;
   std::once_flag devicesOnce;
   std::vector<flotilla::CudaDeviceInfo> devices;
   std::string cudaReason;
+  RunDone runDone;
+  /** Runs submitted and not yet settled; runDone holds the event loop open only while there are some. */
+  size_t runsInFlight = 0;
 };
 
-class RunWorker : public Napi::AsyncWorker {
- public:
-  RunWorker(Napi::Env env, std::shared_ptr<Session> session, int batch)
-      : Napi::AsyncWorker(env, "flotilla.native.run"),
-        deferred_(Napi::Promise::Deferred::New(env)),
-        session_(std::move(session)),
-        batch_(batch) {}
-
-  Napi::Promise Promise() { return deferred_.Promise(); }
-
-  /** Keeps an input alive until the run ends and records its data (no copy here: Execute copies it in). */
-  void AddInput(Napi::Value array, const void* data) {
-    keep_.push_back(Napi::Persistent(array.As<Napi::Object>()));
-    inputs_.push_back(data);
+void finishRun(Napi::Env env, Napi::Function, AddonData* data, RunJob* job) {
+  if (env == nullptr) {
+    // The environment is being torn down: its references can no longer be released, and nobody waits.
+    return;
   }
-  void AddOutput(Napi::Value array, void* data) {
-    outputs_.push_back(data);
-    results_.push_back(Napi::Persistent(array.As<Napi::Object>()));
-  }
+  std::unique_ptr<RunJob> owned(job);
+  if (--data->runsInFlight == 0) data->runDone.Unref(env);
+  owned->settle();
+}
 
-  void Execute() override {
-    try {
-      session_->run(inputs_, batch_, outputs_);
-    } catch (const std::invalid_argument& e) {
-      code_ = "NATIVE_INVALID_INPUT";
-      SetError(e.what());
-    } catch (const std::exception& e) {
-      code_ = "NATIVE_EXECUTION_FAILED";
-      SetError(e.what());
-    } catch (...) {
-      code_ = "NATIVE_EXECUTION_FAILED";
-      SetError("unknown native exception");
-    }
-  }
-
-  void OnOK() override {
-    Napi::Env env = Env();
-    Napi::Array out = Napi::Array::New(env, results_.size());
-    for (uint32_t i = 0; i < results_.size(); i++) out.Set(i, results_[i].Value());
-    deferred_.Resolve(out);
-  }
-
-  void OnError(const Napi::Error& e) override {
-    Napi::Env env = Env();
-    deferred_.Reject(codedError(env, e.Message(), code_).Value());
-  }
-
- private:
-  Napi::Promise::Deferred deferred_;
-  std::shared_ptr<Session> session_;
-  int batch_;
-  std::vector<const void*> inputs_;
-  std::vector<void*> outputs_;
-  std::vector<Napi::ObjectReference> keep_;
-  std::vector<Napi::ObjectReference> results_;
-  const char* code_ = "NATIVE_EXECUTION_FAILED";
-};
+AddonData& dataOf(Napi::Env env) { return *env.GetInstanceData<AddonData>(); }
 
 class SessionWrap : public Napi::ObjectWrap<SessionWrap> {
  public:
@@ -365,6 +388,7 @@ class SessionWrap : public Napi::ObjectWrap<SessionWrap> {
     }
     auto* holder = info[0].As<Napi::External<std::shared_ptr<Session>>>().Data();
     session_ = std::move(*holder);
+    executor_ = std::make_unique<flotilla::Executor>();
     arenaBytes_ = static_cast<double>(session_->arenaBytes());
     device_ = session_->device();
   }
@@ -397,74 +421,81 @@ class SessionWrap : public Napi::ObjectWrap<SessionWrap> {
         throwType(env, "the model takes " + std::to_string(s.inputCount()) + " inputs, got " +
                            std::to_string(inputs.Length()));
       }
-      auto* worker = new RunWorker(env, session_, static_cast<int>(batch));
-      try {
-        for (uint32_t i = 0; i < inputs.Length(); i++) {
-          const flotilla::TensorDesc& t = s.input(i);
-          const std::string field = "input " + std::to_string(i) + " ('" + t.name + "')";
-          size_t length = 0;
-          Napi::Value v = inputs.Get(i);
-          const void* data = typedArrayData(env, v, typedArrayTypeOf(t.dtype), field, typedArrayName(t.dtype), &length);
-          const int64_t expected = s.inputElements(i, static_cast<int>(batch));
-          if (static_cast<int64_t>(length) != expected) {
-            throwType(env, field + " must hold " + std::to_string(expected) + " elements at batch " +
-                               std::to_string(batch) + ", got " + std::to_string(length));
-          }
-          worker->AddInput(v, data);
+      auto job = std::make_unique<RunJob>(env, session_, static_cast<int>(batch));
+      for (uint32_t i = 0; i < inputs.Length(); i++) {
+        const flotilla::TensorDesc& t = s.input(i);
+        const std::string field = "input " + std::to_string(i) + " ('" + t.name + "')";
+        size_t length = 0;
+        Napi::Value v = inputs.Get(i);
+        const void* data = typedArrayData(env, v, typedArrayTypeOf(t.dtype), field, typedArrayName(t.dtype), &length);
+        const int64_t expected = s.inputElements(i, static_cast<int>(batch));
+        if (static_cast<int64_t>(length) != expected) {
+          throwType(env, field + " must hold " + std::to_string(expected) + " elements at batch " +
+                             std::to_string(batch) + ", got " + std::to_string(length));
         }
-        for (size_t i = 0; i < s.outputCount(); i++) {
-          const flotilla::TensorDesc& t = s.output(i);
-          const size_t n = static_cast<size_t>(s.outputElements(i, static_cast<int>(batch)));
-          Napi::Value array;
-          void* data = nullptr;
-          switch (t.dtype) {
-            case DType::F32: {
-              auto a = Napi::Float32Array::New(env, n);
-              data = a.Data();
-              array = a;
-              break;
-            }
-            case DType::I32: {
-              auto a = Napi::Int32Array::New(env, n);
-              data = a.Data();
-              array = a;
-              break;
-            }
-            case DType::I64: {
-              auto a = Napi::TypedArrayOf<int64_t>::New(env, n, napi_bigint64_array);
-              data = a.Data();
-              array = a;
-              break;
-            }
-          }
-          worker->AddOutput(array, data);
-        }
-      } catch (...) {
-        delete worker;
-        throw;
+        job->addInput(v, data);
       }
-      Napi::Promise promise = worker->Promise();
-      worker->Queue();
+      for (size_t i = 0; i < s.outputCount(); i++) {
+        const flotilla::TensorDesc& t = s.output(i);
+        const size_t n = static_cast<size_t>(s.outputElements(i, static_cast<int>(batch)));
+        Napi::Value array;
+        void* data = nullptr;
+        switch (t.dtype) {
+          case DType::F32: {
+            auto a = Napi::Float32Array::New(env, n);
+            data = a.Data();
+            array = a;
+            break;
+          }
+          case DType::I32: {
+            auto a = Napi::Int32Array::New(env, n);
+            data = a.Data();
+            array = a;
+            break;
+          }
+          case DType::I64: {
+            auto a = Napi::TypedArrayOf<int64_t>::New(env, n, napi_bigint64_array);
+            data = a.Data();
+            array = a;
+            break;
+          }
+        }
+        job->addOutput(array, data);
+      }
+      Napi::Promise promise = job->deferred.Promise();
+      AddonData& data = dataOf(env);
+      if (data.runsInFlight++ == 0) data.runDone.Ref(env);
+      RunDone done = data.runDone;
+      RunJob* raw = job.release();
+      executor_->submit([raw, done]() mutable {
+        raw->execute();
+        // The queue is unbounded, so this fails only once the environment is closing: nobody is left to tell, and
+        // the job's references die with the environment.
+        done.BlockingCall(raw);
+      });
       return promise;
     } catch (const Napi::Error& e) {
       return deferredFail(e);
     }
   }
 
-  void Close(const Napi::CallbackInfo&) { session_.reset(); }
+  /** Runs already submitted still finish (they hold the session); the executor's thread ends after them. */
+  void Close(const Napi::CallbackInfo&) {
+    session_.reset();
+    executor_.reset();
+  }
 
   Napi::Value ArenaBytes(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), arenaBytes_); }
   Napi::Value Device(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), device_); }
 
   std::shared_ptr<Session> session_;
+  std::unique_ptr<flotilla::Executor> executor_;
   double arenaBytes_ = 0;
   int device_ = -1;
 };
 
 // ---------------------------------------------------------------------------------------------------------------
 // Module functions
-
-AddonData& dataOf(Napi::Env env) { return *env.GetInstanceData<AddonData>(); }
 
 void loadDevices(AddonData& data) {
   std::call_once(data.devicesOnce, [&] {
@@ -593,6 +624,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   auto* data = new AddonData();
   env.SetInstanceData<AddonData>(data);
   data->sessionConstructor = Napi::Persistent(SessionWrap::Define(env));
+  data->runDone = RunDone::New(env, "flotilla.native.run", 0, 1, data);
+  data->runDone.Unref(env);
   exports.Set("devices", Napi::Function::New<Devices>(env, "devices"));
   exports.Set("cudaCompiledIn", Napi::Boolean::New(env, flotilla::cudaCompiledIn()));
   exports.Set("cudaReason", Napi::Function::New<CudaReason>(env, "cudaReason"));

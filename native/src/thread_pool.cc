@@ -1,19 +1,14 @@
 #include "thread_pool.h"
 
-#include <immintrin.h>
-
 #include <chrono>
 #include <cstdlib>
 
 namespace flotilla {
 
-namespace {
-
 // A model runs op after op, each a parallel region of tens of microseconds: a helper that went to sleep on a futex
 // after each one takes 10-50 us to wake for the next. So helpers spin a while after a region before sleeping
 // (onnxruntime's intra-op pool spins too), and the caller spins while it waits for the last task.
-// FLOTILLA_NATIVE_SPIN_US sets how long (0: sleep at once).
-std::chrono::microseconds spinTime() {
+std::chrono::microseconds nativeSpinTime() {
   static const std::chrono::microseconds spin = [] {
     const char* env = std::getenv("FLOTILLA_NATIVE_SPIN_US");
     const long us = env != nullptr ? std::atol(env) : 30;
@@ -21,21 +16,6 @@ std::chrono::microseconds spinTime() {
   }();
   return spin;
 }
-
-/**
- * One step of a wait loop: a few pauses, then yielding the CPU. On two vCPUs the thread being waited for may share
- * this one (the libuv thread running the session, the pool's helper, the JS thread); a pure pause loop then burns
- * the time slice the other thread needs, which halved whole benchmark runs.
- */
-inline void relax(int& step) {
-  if (++step < 64) {
-    _mm_pause();
-  } else {
-    std::this_thread::yield();
-  }
-}
-
-}  // namespace
 
 ThreadPool::ThreadPool(int threads) : size_(threads < 1 ? 1 : threads) {
   for (int i = 1; i < size_; i++) workers_.emplace_back([this] { workerLoop(); });
@@ -68,7 +48,7 @@ void ThreadPool::runTasks() {
 void ThreadPool::parallelFor(int64_t tasks, const std::function<void(int64_t)>& fn) {
   if (tasks <= 0) return;
   // One region at a time: a session that finds the pool busy computes alone rather than waiting, so two sessions
-  // on two libuv threads still use both cores between them.
+  // on two executor threads still use both cores between them.
   std::unique_lock<std::mutex> region(regionMutex_, std::try_to_lock);
   if (tasks == 1 || size_ == 1 || !region.owns_lock()) {
     for (int64_t t = 0; t < tasks; t++) fn(t);
@@ -86,16 +66,16 @@ void ThreadPool::parallelFor(int64_t tasks, const std::function<void(int64_t)>& 
   if (sleeping_.load(std::memory_order_acquire) > 0) wake_.notify_all();
   runTasks();
   int step = 0;
-  while (finished_.load() < tasks) relax(step);
+  while (finished_.load() < tasks) relaxWait(step);
   tasks_.store(0);
-  while (active_.load() > 0) relax(step);
+  while (active_.load() > 0) relaxWait(step);
   fn_.store(nullptr);
 }
 
 void ThreadPool::workerLoop() {
   uint64_t seen = generation_.load(std::memory_order_acquire);
   for (;;) {
-    const auto spinUntil = std::chrono::steady_clock::now() + spinTime();
+    const auto spinUntil = std::chrono::steady_clock::now() + nativeSpinTime();
     uint64_t now = generation_.load(std::memory_order_acquire);
     while (now == seen && !stop_.load(std::memory_order_relaxed)) {
       if (std::chrono::steady_clock::now() >= spinUntil) {
@@ -105,7 +85,7 @@ void ThreadPool::workerLoop() {
         sleeping_.fetch_sub(1, std::memory_order_acq_rel);
       } else {
         int step = 0;
-        for (int i = 0; i < 64; i++) relax(step);
+        for (int i = 0; i < 64; i++) relaxWait(step);
       }
       now = generation_.load(std::memory_order_acquire);
     }

@@ -1,8 +1,11 @@
-// A small fork-join pool for splitting one kernel across cores. Sessions run on libuv's threads, several at once;
-// a parallel region that finds the pool busy runs on its caller alone instead of queueing behind another session.
+// A small fork-join pool for splitting one kernel across cores. Sessions run on their own executor threads, several at
+// once; a parallel region that finds the pool busy runs on its caller alone instead of queueing behind another one.
 #pragma once
 
+#include <immintrin.h>
+
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -46,6 +49,26 @@ class ThreadPool {
   std::atomic<int> sleeping_{0};
   std::atomic<bool> stop_{false};
 };
+
+/**
+ * How long an idle thread (a pool helper, a session's executor) spins for new work before it sleeps: waking a thread
+ * that sleeps on a futex costs 10-50 us here, more than many ops take. FLOTILLA_NATIVE_SPIN_US (default 30; 0:
+ * sleep at once).
+ */
+std::chrono::microseconds nativeSpinTime();
+
+/**
+ * One step of a wait loop: a few pauses, then yielding the CPU. On two vCPUs the thread being waited for may share
+ * this one (the session's executor, the pool's helper, the JS thread); a pure pause loop then burns the time slice
+ * the other thread needs, which halved whole benchmark runs.
+ */
+inline void relaxWait(int& step) {
+  if (++step < 64) {
+    _mm_pause();
+  } else {
+    std::this_thread::yield();
+  }
+}
 
 /** The process-wide pool, sized to the machine's cores (FLOTILLA_NATIVE_THREADS overrides). */
 ThreadPool& defaultThreadPool();

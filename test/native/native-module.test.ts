@@ -1,8 +1,11 @@
 /**
  * The addon from JavaScript (native/index.ts loadNative): what it reports about the machine, sessions from hand-written
  * plans run at several batches with poisoning on, every way a caller can get a run or a plan wrong (each a rejection
- * or a TypeError that says what was expected, never a crash), and that a run leaves the event loop free.
+ * or a TypeError that says what was expected, never a crash), that a run leaves the event loop free, and that runs
+ * in flight hold the process open (and idle sessions do not) and outlive close().
  */
+import { execFile } from 'node:child_process'
+import { promisify } from 'node:util'
 import t from 'tap'
 import {
   loadNative, nativeAddonPath, nativeAvailable, nativeLoadError, type NativeArray, type NativePlan
@@ -307,4 +310,30 @@ t.test('run() does not block the event loop', async t => {
   t.ok(took > 30, `the run took ${took.toFixed(0)} ms`)
   t.ok(ticks >= Math.min(5, Math.floor(took / 20)), `a 5 ms timer fired ${ticks} times during it (largest gap ${maxGap.toFixed(0)} ms)`)
   session.close()
+})
+
+t.test('runs in flight finish after close(); later ones reject', async t => {
+  const session = native.createSession(tinyPlan())
+  const x = values(8 * K, 7)
+  const ids = new BigInt64Array(16)
+  const pending = [session.run([x, ids], 8), session.run([x, ids], 8)]
+  session.close()
+  for (const [y] of await Promise.all(pending)) t.ok(close(y as Float32Array, reference(x, ids, 8).y), 'answered right')
+  await t.rejects(session.run([x, ids], 8), { code: 'NATIVE_SESSION_CLOSED' })
+})
+
+t.test('a run in flight holds the process open until it settles; an idle session does not', async t => {
+  // A child with nothing else to do: it must print the result (the run kept its event loop alive) and then exit by
+  // itself although the session is never closed (the idle session keeps nothing alive).
+  const script = `
+    const native = require(process.argv[1])
+    const plan = {
+      tensors: [{ name: 'x', dtype: 'float32', dims: [-1, 2] }, { name: 'y', dtype: 'float32', dims: [-1, 2] }],
+      ops: [{ op: 'Relu', name: 'relu', inputs: [0], outputs: [1] }], inputs: [0], outputs: [1], maxBatch: 4
+    }
+    const session = native.createSession(plan)
+    session.run([Float32Array.of(-1, 2)], 1).then(([y]) => console.log('settled', Array.from(y).join(',')))
+  `
+  const { stdout } = await promisify(execFile)(process.execPath, ['-e', script, nativeAddonPath()], { timeout: 20_000 })
+  t.equal(stdout.trim(), 'settled 0,2')
 })
