@@ -1,10 +1,12 @@
 // Add, Sub, Mul, Div with numpy broadcasting, and the unary ops (Relu .. Gelu), as plain loops the compiler
-// vectorises (cpu_kernels.h: FLOTILLA_MULTIVERSION).
+// vectorises (cpu_kernels.h: FLOTILLA_MULTIVERSION); the transcendental ones with AVX-512 intrinsics where the CPU
+// has it (cpu_math_avx512.h).
 #include <algorithm>
 #include <vector>
 
 #include "cpu_kernels.h"
 #include "cpu_math.h"
+#include "cpu_math_avx512.h"
 
 namespace flotilla {
 namespace cpu {
@@ -69,10 +71,38 @@ void unaryRun(int kind, float alpha, const float* x, float* y, int64_t n) {
   }
 }
 
+/** The unary ops that call exp or erf, 16 lanes at a time; the tail is a masked load and store. */
+template <__m512 (*F)(__m512)>
+__attribute__((target("avx512f"))) void unaryAvx512(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, F(_mm512_loadu_ps(x + i)));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(y + i, m, F(_mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+
+/** The AVX-512 kernel for `kind`, or null (Relu and LeakyRelu vectorise well as plain loops). */
+void (*avx512Unary(Unary kind))(const float*, float*, int64_t) {
+  if (gemmIsa() != Isa::Avx512) return nullptr;
+  switch (kind) {
+    case Unary::Sigmoid: return &unaryAvx512<sigmoid512>;
+    case Unary::Tanh: return &unaryAvx512<tanh512>;
+    case Unary::Erf: return &unaryAvx512<erf512>;
+    case Unary::Gelu: return &unaryAvx512<gelu512>;
+    case Unary::GeluTanh: return &unaryAvx512<geluTanh512>;
+    default: return nullptr;
+  }
+}
+
 }  // namespace
 
 void unary(Unary kind, float alpha, const float* x, float* y, int64_t n, ThreadPool* pool) {
   const int64_t cost = kind == Unary::Relu || kind == Unary::LeakyRelu ? 1 : 8;
+  if (auto* kernel = avx512Unary(kind)) {
+    parallelRange(pool, n, cost, [&](int64_t begin, int64_t end) { kernel(x + begin, y + begin, end - begin); });
+    return;
+  }
   parallelRange(pool, n, cost, [&](int64_t begin, int64_t end) {
     unaryRun(static_cast<int>(kind), alpha, x + begin, y + begin, end - begin);
   });

@@ -1,10 +1,12 @@
-// Softmax (one axis, max-subtracted) and LayerNorm (two-pass mean and variance, accumulated in double).
+// Softmax (one axis, max-subtracted; rows with AVX-512 intrinsics where the CPU has it) and LayerNorm (two-pass mean
+// and variance, accumulated in double).
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "cpu_kernels.h"
 #include "cpu_math.h"
+#include "cpu_math_avx512.h"
 
 namespace flotilla {
 namespace cpu {
@@ -26,6 +28,31 @@ void softmaxRow(const float* __restrict x, float* __restrict y, int64_t n) {
   }
   const float inv = 1.0f / sum;
   for (int64_t i = 0; i < n; i++) y[i] *= inv;
+}
+
+/** softmaxRow with cpu_math_avx512.h's exp (the same three passes; tails masked). */
+__attribute__((target("avx512f"))) void softmaxRowAvx512(const float* x, float* y, int64_t n) {
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 mv = ninf;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(x + i));
+  const __mmask16 tail = static_cast<__mmask16>((1u << (n - i)) - 1);
+  if (i < n) mv = _mm512_max_ps(mv, _mm512_mask_loadu_ps(ninf, tail, x + i));
+  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
+  __m512 sum = _mm512_setzero_ps();
+  for (i = 0; i + 16 <= n; i += 16) {
+    const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), m));
+    _mm512_storeu_ps(y + i, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  if (i < n) {
+    const __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + i), m));
+    _mm512_mask_storeu_ps(y + i, tail, e);
+    sum = _mm512_mask_add_ps(sum, tail, sum, e);
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+  for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(y + i), inv));
+  if (i < n) _mm512_mask_storeu_ps(y + i, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, y + i), inv));
 }
 
 /** Softmax over the middle dim of x[len, inner] for every column at once (the axis is not the last). */
@@ -94,8 +121,9 @@ void softmax(const TensorRef& x, const TensorRef& y, int axis, ThreadPool* pool)
   const float* px = x.f32();
   float* py = y.f32();
   if (inner == 1) {
+    void (*row)(const float*, float*, int64_t) = gemmIsa() == Isa::Avx512 ? &softmaxRowAvx512 : &softmaxRow;
     parallelRange(pool, outer, len * 8, [&](int64_t begin, int64_t end) {
-      for (int64_t o = begin; o < end; o++) softmaxRow(px + o * len, py + o * len, len);
+      for (int64_t o = begin; o < end; o++) row(px + o * len, py + o * len, len);
     });
     return;
   }

@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -19,6 +20,8 @@
 #include <vector>
 
 #include "../src/cpu_math.h"
+#include "../src/cpu_math_avx512.h"
+#include "../src/executor.h"
 #include "../src/cuda/cuda_api.h"
 #include "../src/plan.h"
 #include "../src/session.h"
@@ -250,6 +253,12 @@ void testSgemm() {
 // -------------------------------------------------------------------------------------------------------------
 // Vectorised math
 
+/** A cpu_math_avx512.h function on one value (in every lane; lane 0 read back). */
+template <__m512 (*F)(__m512)>
+__attribute__((target("avx512f"))) float avx512Lane(float x) {
+  return _mm_cvtss_f32(_mm512_castps512_ps128(F(_mm512_set1_ps(x))));
+}
+
 void testMath() {
   struct Fn {
     const char* name;
@@ -257,7 +266,7 @@ void testMath() {
     double (*ref)(double);
     double lo, hi, atol, rtol;
   };
-  const Fn fns[] = {
+  std::vector<Fn> fns = {
       {"exp", cpu::fastExp, [](double x) { return std::exp(x); }, -87, 88, 0, 4e-7},
       {"tanh", cpu::fastTanh, [](double x) { return std::tanh(x); }, -12, 12, 0, 4e-7},
       {"sigmoid", cpu::fastSigmoid, [](double x) { return 1 / (1 + std::exp(-x)); }, -80, 30, 0, 5e-7},
@@ -268,6 +277,20 @@ void testMath() {
       {"gelu_tanh", cpu::fastGeluTanh, [](double x) { return activateRef(Activation::GeluTanh, x, 0); }, -10, 10,
        1e-12, 5e-6},
   };
+  if (gemmIsa() == Isa::Avx512) {
+    // The intrinsic versions are held to the same bounds.
+    float (*const vector[])(float) = {avx512Lane<cpu::exp512>, avx512Lane<cpu::tanh512>, avx512Lane<cpu::sigmoid512>,
+                                      avx512Lane<cpu::erf512>, avx512Lane<cpu::gelu512>, avx512Lane<cpu::geluTanh512>};
+    const std::vector<Fn> scalar = fns;
+    static std::vector<std::string> names;
+    for (size_t i = 0; i < scalar.size(); i++) names.push_back(std::string(scalar[i].name) + " (avx512)");
+    for (size_t i = 0; i < scalar.size(); i++) {
+      Fn v = scalar[i];
+      v.name = names[i].c_str();
+      v.f = vector[i];
+      fns.push_back(v);
+    }
+  }
   for (const Fn& fn : fns) {
     double worst = 0, at = 0;
     const int steps = 2000000;
@@ -1434,6 +1457,52 @@ void testCuda(const std::vector<Case>& cases, const std::vector<std::map<int, st
 
 }  // namespace
 
+// -------------------------------------------------------------------------------------------------------------
+// The executor (the addon runs every session's runs on one)
+
+void testExecutor() {
+  // Jobs run in order, on one thread that is not this one, and the ones queued when the handle goes still run.
+  std::atomic<int> done{0};
+  std::vector<int> order;
+  std::mutex orderMutex;
+  std::atomic<bool> otherThread{true};
+  const std::thread::id self = std::this_thread::get_id();
+  {
+    Executor executor;
+    for (int i = 0; i < 1000; i++) {
+      executor.submit([&, i] {
+        if (std::this_thread::get_id() == self) otherThread = false;
+        std::lock_guard<std::mutex> lock(orderMutex);
+        order.push_back(i);
+        done.fetch_add(1);
+      });
+    }
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (done.load() < 1000 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  bool inOrder = true;
+  {
+    std::lock_guard<std::mutex> lock(orderMutex);
+    for (size_t i = 0; i < order.size(); i++) inOrder = inOrder && order[i] == static_cast<int>(i);
+  }
+  report(done.load() == 1000, "executor: jobs queued before the handle went all run", fmt("%.0f of 1000", done.load()));
+  report(inOrder, "executor: in submission order");
+  report(otherThread.load(), "executor: on its own thread");
+  // A job submitted after the thread has gone to sleep (past the spin) wakes it.
+  Executor executor;
+  std::atomic<int> late{0};
+  executor.submit([&] { late = 1; });
+  std::this_thread::sleep_for(nativeSpinTime() + std::chrono::milliseconds(20));
+  executor.submit([&] { late = 2; });
+  const auto lateUntil = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (late.load() != 2 && std::chrono::steady_clock::now() < lateUntil) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  report(late.load() == 2, "executor: a job after it slept wakes it");
+}
+
 int main() {
   const auto t0 = std::chrono::steady_clock::now();
   std::printf("cpu: gemm isa %s, %d threads\n", isaName(gemmIsa()), defaultThreadPool().size());
@@ -1450,6 +1519,7 @@ int main() {
   section("ops", [&] { testOps(cases, &inputsUsed, &cpuOutputs); });
   section("errors", testErrors);
   section("concurrency", [&] { testConcurrency(cases); });
+  section("executor", testExecutor);
   section("cuda", [&] { testCuda(cases, inputsUsed, cpuOutputs); });
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("took %.1f s\n", s);
