@@ -11,15 +11,13 @@ import { parseArgs } from 'node:util'
 import { createError, isFlotillaError } from '../common/errors.ts'
 import { isLoopbackHost } from '../common/http-server.ts'
 import { createLogger, type Logger } from '../common/logger.ts'
-import { FLOTILLA_VERSION } from '../common/version.ts'
+import { FLOTILLA_VERSION, PACKAGE_ROOT } from '../common/package-root.ts'
 import { runFleetCommand } from '../gateway/admin/fleet-cli.ts'
 import { type FleetConfig } from '../gateway/fleet/fleet-config.ts'
 import { loadGatewayConfig, startGateway } from '../gateway/main.ts'
 import { DEFAULT_MAX_BODY_BYTES, startWorker } from '../worker/main.ts'
 
 const SELF = fileURLToPath(import.meta.url)
-/** The package root, from the source tree (bin/) and from dist/bin/ alike. */
-const PACKAGE_ROOT = SELF.includes(`${join('dist', 'bin')}`) ? resolve(dirname(SELF), '..', '..') : resolve(dirname(SELF), '..')
 const DEFAULT_FLEET = join(PACKAGE_ROOT, 'config', 'fleet.yaml')
 
 const USAGE = `flotilla ${FLOTILLA_VERSION}: an inference gateway and worker fleet (KServe v2 / Triton HTTP)

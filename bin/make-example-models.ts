@@ -19,15 +19,14 @@
  *   node dist/bin/make-example-models.js [--out DIR]
  */
 import { mkdirSync, realpathSync, writeFileSync } from 'node:fs'
-import { dirname, join, resolve } from 'node:path'
+import { join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
+import { PACKAGE_ROOT } from '../common/package-root.ts'
 import { seededRandom } from '../common/seeded-random.ts'
 import { OnnxBuilder } from '../worker/backends/native/onnx-builder.ts'
 
 const SELF = fileURLToPath(import.meta.url)
-/** The package root, from the source tree (bin/) and from dist/bin/ alike. */
-const PACKAGE_ROOT = SELF.includes(join('dist', 'bin')) ? resolve(dirname(SELF), '..', '..') : resolve(dirname(SELF), '..')
 export const DEFAULT_MODELS_DIR = join(PACKAGE_ROOT, 'config', 'models')
 
 /** Standard normals by Box-Muller, both values of each pair used. */

@@ -8,9 +8,9 @@
 
 import { existsSync } from 'node:fs'
 import { createRequire } from 'node:module'
-import { dirname, join } from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { join } from 'node:path'
 import { type FlotillaError, wrapError } from '../common/errors.ts'
+import { PACKAGE_ROOT } from '../common/package-root.ts'
 
 /** Element types the engine computes with; int64 and int32 only as indices (Gather) and integer inputs. */
 export type NativeDType = 'float32' | 'int32' | 'int64'
@@ -142,21 +142,9 @@ const ADDON_PATH = ['native', 'build', 'Release', 'flotilla_native.node'] as con
 let loaded: NativeModule | undefined
 let failure: FlotillaError | undefined
 
-/**
- * The package root: the nearest directory above this file holding a package.json (native/.. when run from source,
- * dist/native/../.. when compiled, since dist mirrors the tree).
- */
-function packageRoot (): string {
-  const here = dirname(fileURLToPath(import.meta.url))
-  for (let dir = here; ; dir = dirname(dir)) {
-    if (existsSync(join(dir, 'package.json'))) return dir
-    if (dirname(dir) === dir) return dirname(here)
-  }
-}
-
 /** The path the addon is loaded from. */
 export function nativeAddonPath (): string {
-  return join(packageRoot(), ...ADDON_PATH)
+  return join(PACKAGE_ROOT, ...ADDON_PATH)
 }
 
 /**

@@ -9,7 +9,7 @@ import { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fa
 import { createError, errorBody, type FlotillaError } from '../../common/errors.ts'
 import { createKServeServer, route } from '../../common/http-server.ts'
 import { type Logger } from '../../common/logger.ts'
-import { FLOTILLA_VERSION } from '../../common/version.ts'
+import { FLOTILLA_VERSION } from '../../common/package-root.ts'
 import { type CanaryRoute, type Canaries } from '../canary/canaries.ts'
 import { type Fleet } from '../fleet/fleet.ts'
 import { type Endpoint } from '../fleet/types.ts'
