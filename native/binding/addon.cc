@@ -389,6 +389,9 @@ class SessionWrap : public Napi::ObjectWrap<SessionWrap> {
     auto* holder = info[0].As<Napi::External<std::shared_ptr<Session>>>().Data();
     session_ = std::move(*holder);
     executor_ = std::make_unique<flotilla::Executor>();
+    for (size_t i = 0; i < session_->inputCount(); i++) {
+      inputLabels_.push_back("input " + std::to_string(i) + " ('" + session_->input(i).name + "')");
+    }
     arenaBytes_ = static_cast<double>(session_->arenaBytes());
     device_ = session_->device();
   }
@@ -424,7 +427,7 @@ class SessionWrap : public Napi::ObjectWrap<SessionWrap> {
       auto job = std::make_unique<RunJob>(env, session_, static_cast<int>(batch));
       for (uint32_t i = 0; i < inputs.Length(); i++) {
         const flotilla::TensorDesc& t = s.input(i);
-        const std::string field = "input " + std::to_string(i) + " ('" + t.name + "')";
+        const std::string& field = inputLabels_[i];
         size_t length = 0;
         Napi::Value v = inputs.Get(i);
         const void* data = typedArrayData(env, v, typedArrayTypeOf(t.dtype), field, typedArrayName(t.dtype), &length);
@@ -490,6 +493,8 @@ class SessionWrap : public Napi::ObjectWrap<SessionWrap> {
 
   std::shared_ptr<Session> session_;
   std::unique_ptr<flotilla::Executor> executor_;
+  /** "input 0 ('x')": what error messages call each input, made once rather than on every run. */
+  std::vector<std::string> inputLabels_;
   double arenaBytes_ = 0;
   int device_ = -1;
 };
