@@ -64,8 +64,9 @@ void matmul(const OpDesc& op, MatMulState* state, const std::vector<TensorRef>& 
 
   GemmEpilogue epi;
   epi.biasScale = at.beta;
-  const bool after = activationAfterGemm(at.activation);
-  epi.activation = after ? Activation::None : at.activation;
+  // Every activation in the epilogue, on each tile while it is in L1: a separate pass over Y (activateInPlace) cost
+  // the transformer's Gelu after its up-projection a read and a write of all of Y and a fork-join more.
+  epi.activation = at.activation;
   epi.activationAlpha = at.activationAlpha;
   if (inputs.size() > 2 && inputs[2].data != nullptr) {
     const TensorRef& bias = inputs[2];
@@ -95,7 +96,6 @@ void matmul(const OpDesc& op, MatMulState* state, const std::vector<TensorRef>& 
       } else {
         sgemm(false, at.transB, rows, n, k, at.alpha, pa, lda, pb, ldb, 0.0f, py, n, epi, pool);
       }
-      if (after) activateInPlace(at.activation, py, y.numel(), pool);
       return;
     }
     for (int64_t i = 0; i < batches; i++) {
@@ -105,7 +105,6 @@ void matmul(const OpDesc& op, MatMulState* state, const std::vector<TensorRef>& 
         sgemm(true, at.transB, m, n, k, at.alpha, pa + i * matA, lda, pb, ldb, 0.0f, py + i * matY, n, epi, pool);
       }
     }
-    if (after) activateInPlace(at.activation, py, y.numel(), pool);
     return;
   }
 
@@ -125,15 +124,12 @@ void matmul(const OpDesc& op, MatMulState* state, const std::vector<TensorRef>& 
     }
     sgemm(at.transA, at.transB, m, n, k, at.alpha, pa + offA * matA, lda, pb + offB * matB, ldb, 0.0f,
           py + t * matY, n, epi, inner);
-    if (after) activateInPlace(at.activation, py + t * matY, matY, inner);
   };
   const int threads = pool != nullptr ? pool->size() : 1;
   if (threads > 1 && count >= threads && m * n * k <= 256 * 256 * 256 && count * m * n * k >= 64 * 64 * 64) {
-    // Many small products (attention heads): one thread per group of products.
-    const int64_t tasks = std::min<int64_t>(threads, count);
-    pool->parallelFor(tasks, [&](int64_t task) {
-      for (int64_t t = count * task / tasks; t < count * (task + 1) / tasks; t++) product(t, nullptr);
-    });
+    // Many small products (attention heads): each on one thread, shared out by parallelItems, so a helper that
+    // starts late or is descheduled leaves its products to the others instead of holding the op up.
+    parallelItems(pool, count, [&](int64_t t) { product(t, nullptr); });
     return;
   }
   for (int64_t t = 0; t < count; t++) product(t, pool);

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -20,7 +21,10 @@ Isa gemmIsa();
 void setGemmIsa(Isa isa);
 const char* isaName(Isa isa);
 
-/** Applied to C after the product: C = act(C + colBias[j] + rowBias[i]) (either bias may be null). */
+/**
+ * Applied to C after the product: C = act(C + colBias[j] + rowBias[i]) (either bias may be null). Every activation
+ * is applied to each tile as it is stored (Sigmoid, Tanh and the GELUs with cpu_math.h's vectorised functions).
+ */
 struct GemmEpilogue {
   const float* colBias = nullptr;   // [N]: a MatMul's bias
   const float* rowBias = nullptr;   // [M]: a convolution's bias (rows are output channels)
@@ -59,6 +63,14 @@ void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alph
 /** The same with B packed ahead of time (beta = 0). */
 void sgemmPacked(bool transA, int64_t m, float alpha, const float* a, int64_t lda, const PackedB& b, float* c,
                  int64_t ldc, const GemmEpilogue& epilogue, ThreadPool* pool);
+
+/**
+ * Calls fn(item) for every item in [0, items) on the pool's threads. Each thread owns an equal contiguous share,
+ * which it works through from the front, then takes what is left of the others' from their backs: a helper that
+ * is late (asleep when the region opened) costs little, and threads that are on time keep to their shares. The
+ * caller always owns the first share. `pool` may be null (all on the caller).
+ */
+void parallelItems(ThreadPool* pool, int64_t items, const std::function<void(int64_t)>& fn);
 
 /** The epilogue's activation on one value (element-wise ops and tests use the same definition). */
 float activate(Activation act, float x, float alpha);
