@@ -521,7 +521,8 @@ void convDirectAvx512(const float* px, const float* pw, const float* bias, float
   };
   Shape shapes[(kDirectMaxChannelsAvx512 + 7) / 8];   // per channel block
   int64_t blocksPerGroup = 0;
-  const bool depthwise = g.c == 1 && mg == 1;
+  // A 1x1 depthwise convolution (a scale per channel) is pointwise: its taps were not computed above.
+  const bool depthwise = !pointwise && g.c == 1 && mg == 1;
   if (depthwise) {
     blocksPerGroup = 1;   // a plane
   } else {

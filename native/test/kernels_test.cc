@@ -1087,6 +1087,12 @@ std::vector<Case> buildCases() {
       {"1x1 direct", {8, 5, 5}, 4, 1, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, Activation::Sigmoid, false},
       {"depthwise 3x3 stride (2,1)", {6, 7, 8}, 6, 3, 3, 6, {2, 1}, {1, 1, 1, 1}, {1, 1}, Activation::None, true},
       {"5x5 MNIST-like", {1, 28, 28}, 8, 5, 5, 1, {1, 1}, {2, 2, 2, 2}, {1, 1}, Activation::Relu, true},
+      // A scale per channel: depthwise and pointwise at once (the direct kernel once took it for a 3x3 depthwise).
+      {"1x1 depthwise", {6, 7, 8}, 6, 1, 1, 6, {1, 1}, {0, 0, 0, 0}, {1, 1}, Activation::Relu, true},
+      {"depthwise 3x3 pad 1, 20 wide", {5, 9, 20}, 5, 3, 3, 5, {1, 1}, {1, 1, 1, 1}, {1, 1}, Activation::LeakyRelu,
+       true},
+      {"3x3 pad 1, 24 output channels (direct, three register blocks)", {4, 12, 20}, 24, 3, 3, 1, {1, 1},
+       {1, 1, 1, 1}, {1, 1}, Activation::LeakyRelu, true},
   };
   for (const ConvSpec& s : convs) {
     Builder b;
