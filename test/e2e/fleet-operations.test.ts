@@ -95,7 +95,8 @@ t.test('draining a worker under steady load: no request fails, and it gets none 
   const drain = await admin<DrainStatus>(gw, 'POST', '/v1/endpoints/worker-b/drain', { timeout_ms: 10_000 })
   const returnedAt = performance.now()
   t.equal(drain.status, 202)
-  t.equal(drain.json.state, 'draining')
+  // Drained at once when none of the six connections had a request on worker-b at that instant (seen in CI).
+  t.match(drain.json.state, /^(draining|drained)$/, `state ${drain.json.state}`)
   let status = drain.json
   const pollDeadline = performance.now() + 12_000
   while (!status.done && performance.now() < pollDeadline) {
