@@ -611,7 +611,7 @@ void conv(const OpDesc& op, ConvState* state, const std::vector<TensorRef>& inpu
       d.h = d.oh = 1;
       d.w = d.ow = h * wd;
     }
-    const bool after = activationAfterGemm(at.activation);
+    const bool after = activationAfterDirectConv(at.activation);
     convDirectAvx512(px, pw, bias, py, n, groups, mg, d, direct, after ? Activation::None : at.activation,
                      at.activationAlpha, pool);
     if (after) activateInPlace(at.activation, py, y.numel(), pool);
@@ -621,7 +621,7 @@ void conv(const OpDesc& op, ConvState* state, const std::vector<TensorRef>& inpu
   const bool viaGemm = mg > kDirectMaxChannels || kc > kDirectMaxTaps || g.sh != 1 || g.sw != 1;
   auto image = [&](int64_t img, float* col, ThreadPool* inner) {
     if (!viaGemm) {
-      const bool after = activationAfterGemm(at.activation);
+      const bool after = activationAfterDirectConv(at.activation);
       for (int64_t grp = 0; grp < groups; grp++) {
         float* out = py + (img * m + grp * mg) * p;
         convDirect(px + (img * c + grp * cg) * h * wd, pw + grp * mg * kc, bias != nullptr ? bias + grp * mg : nullptr,
@@ -639,12 +639,10 @@ void conv(const OpDesc& op, ConvState* state, const std::vector<TensorRef>& inpu
       }
       GemmEpilogue epi;
       epi.rowBias = bias != nullptr ? bias + grp * mg : nullptr;
-      const bool after = activationAfterGemm(at.activation);
-      epi.activation = after ? Activation::None : at.activation;
+      epi.activation = at.activation;
       epi.activationAlpha = at.activationAlpha;
-      float* out = py + (img * m + grp * mg) * p;
-      sgemm(false, false, mg, p, kc, 1.0f, pw + grp * mg * kc, kc, b, p, 0.0f, out, p, epi, inner);
-      if (after) activateInPlace(at.activation, out, mg * p, inner);
+      sgemm(false, false, mg, p, kc, 1.0f, pw + grp * mg * kc, kc, b, p, 0.0f, py + (img * m + grp * mg) * p, p, epi,
+            inner);
     }
   };
 

@@ -62,13 +62,13 @@ enum class Unary { Relu, LeakyRelu, Sigmoid, Tanh, Erf, Gelu, GeluTanh };
 void unary(Unary kind, float alpha, const float* x, float* y, int64_t n, ThreadPool* pool);
 
 /**
- * Whether a fused activation runs after the product instead of in sgemm's epilogue: the epilogue computes sigmoid,
- * tanh and the GELUs with libm one element at a time, the vectorised loops here are several times faster.
+ * Whether a fused activation runs after a direct convolution (conv.cc) as a pass of its own: those kernels apply
+ * only Relu and LeakyRelu as they store. (sgemm's epilogue applies every activation.)
  */
-inline bool activationAfterGemm(Activation a) {
+inline bool activationAfterDirectConv(Activation a) {
   return a == Activation::Sigmoid || a == Activation::Tanh || a == Activation::Gelu || a == Activation::GeluTanh;
 }
-/** y = act(y) in place, for the activations activationAfterGemm picks (others: nothing to do). */
+/** y = act(y) in place, for the activations activationAfterDirectConv picks (others: nothing to do). */
 void activateInPlace(Activation act, float* y, int64_t n, ThreadPool* pool);
 
 // normalization.cc
