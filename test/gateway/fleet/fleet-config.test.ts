@@ -6,8 +6,8 @@ import {
   type ModelPolicyConfig, type RetryConfig, type StrategyOptionsConfig
 } from '../../../gateway/fleet/fleet-config.ts'
 
-// CI runs in a fresh clone with shared/ beside it (`<clone>/../shared`): test/gateway/fleet/ → four levels up.
-const SEED = fileURLToPath(new URL('../../../../shared/fixtures/triton_config.yaml', import.meta.url))
+// The seed fleet file, copied into the repository unchanged (nothing here reads outside it).
+const SEED = fileURLToPath(new URL('../../fixtures/triton_config.yaml', import.meta.url))
 const FIXTURES = fileURLToPath(new URL('../../fixtures/fleets/', import.meta.url))
 
 // What the gateway passes: strategy-dependent option checks included.
