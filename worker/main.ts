@@ -7,12 +7,13 @@ import { resolve } from 'node:path'
 import { closeServer, listen, listenServer, originOf } from '../common/http-server.ts'
 import { createLogger, type Logger } from '../common/logger.ts'
 import { loadNative, nativeLoadError } from '../native/index.ts'
+import { InferenceService } from './inference/inference-service.ts'
 import { type GpuDevice } from './instances/instance-groups.ts'
 import { ModelRepository } from './repository/model-repository.ts'
 import { DrainTracker } from './server/drain.ts'
 import { WorkerMetrics, type PendingCount } from './server/metrics.ts'
 import { buildWorkerHttp } from './server/http.ts'
-import { ModelStatistics } from './server/stats.ts'
+import { ModelStatistics } from './inference/statistics.ts'
 
 export const DEFAULT_WORKER_HTTP_PORT = 8000
 export const DEFAULT_WORKER_METRICS_PORT = 8002
@@ -84,7 +85,8 @@ export async function startWorker (options: WorkerOptions): Promise<RunningWorke
   await repository.loadAll()
 
   const drain = new DrainTracker()
-  const app = buildWorkerHttp({ repository, statistics, logger, bodyLimit: maxBodyBytes, drain })
+  const service = new InferenceService({ repository, statistics, draining: () => drain.draining })
+  const app = buildWorkerHttp({ service, repository, logger, bodyLimit: maxBodyBytes, drain })
   let metricsServer: Server | undefined
   /**
    * fastify's close waits for in-flight requests (return503OnClosing refuses new ones meanwhile); only then are

@@ -61,3 +61,35 @@ export interface InferResponse {
   parameters?: Parameters
   outputs: Tensor[]
 }
+
+/**
+ * A tensor whose elements stay in Triton's raw binary layout (little-endian, row-major; BYTES as 4-byte
+ * little-endian length-prefixed elements): what the gateway moves between gRPC and binary HTTP without decoding a
+ * tensor. `datatype` is the wire string, unchecked: the worker that serves the request validates it.
+ */
+export interface RawTensor {
+  name: string
+  datatype: string
+  shape: number[]
+  parameters?: Parameters
+  /** The elements' bytes; a view into the message or body it came from, never a copy made for its own sake. */
+  raw: Uint8Array
+}
+
+/** An inference request with raw tensors (see {@link RawTensor}); model name and version travel beside it. */
+export interface RawInferRequest {
+  id?: string
+  parameters: Parameters
+  inputs: RawTensor[]
+  /** Absent: every output the model declares. */
+  outputs?: RequestedOutput[]
+}
+
+/** An inference response with raw tensors (see {@link RawTensor}). */
+export interface RawInferResponse {
+  id?: string
+  model_name: string
+  model_version: string
+  parameters?: Parameters
+  outputs: RawTensor[]
+}

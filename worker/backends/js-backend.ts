@@ -16,9 +16,8 @@ import { stat } from 'node:fs/promises'
 import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { createError, wrapError } from '../../common/errors.ts'
-import { allocateTensorData, elementCount, float32ToBf16Bits, float32ToFp16Bits } from '../../common/protocol/datatypes.ts'
+import { allocateTensorData, configTypeToDataType, elementCount, float32ToBf16Bits, float32ToFp16Bits } from '../../common/protocol/datatypes.ts'
 import { type DataType, type Tensor, type TensorData } from '../../common/protocol/types.ts'
-import { configDataTypeToProtocol } from '../repository/model-config.ts'
 import { type ModelConfig } from '../repository/types.ts'
 import {
   type Backend, type BackendInstance, type BackendModel, type BackendRequest, type BackendResponse, type LoadContext
@@ -125,7 +124,7 @@ export function convertJsResponse (config: ModelConfig, raw: unknown): BackendRe
     if (declared === undefined) {
       return { error: new Error(`returned output '${String(out.name)}', which the config does not declare`) }
     }
-    const datatype = configDataTypeToProtocol(declared.data_type)!
+    const datatype = configTypeToDataType(declared.data_type)!
     if (out.datatype !== undefined && out.datatype !== datatype) {
       return { error: new Error(`returned output '${declared.name}' as ${String(out.datatype)}, the config declares ${datatype}`) }
     }

@@ -17,8 +17,8 @@ import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { Worker } from 'node:worker_threads'
 import { createError, type FlotillaError } from '../../common/errors.ts'
+import { configTypeToDataType } from '../../common/protocol/datatypes.ts'
 import { type DataType, type Tensor } from '../../common/protocol/types.ts'
-import { configDataTypeToProtocol } from '../repository/model-config.ts'
 import { type ConfigDataType, type ModelConfig } from '../repository/types.ts'
 import type {
   OrtElementType, OrtTensorData, OrtThreadData, OrtThreadReply, OrtThreadRequest, OrtValueInfo, OrtWireTensor
@@ -247,7 +247,7 @@ class OnnxruntimeInstance implements BackendInstance {
     this.#config = config
     this.#inputTypes = config.input.map(i => [i.name, ELEMENT_TYPES[i.data_type]!] as const)
     this.#outputs = config.output.map(o => ({
-      name: o.name, datatype: configDataTypeToProtocol(o.data_type)!, type: ELEMENT_TYPES[o.data_type]!
+      name: o.name, datatype: configTypeToDataType(o.data_type)!, type: ELEMENT_TYPES[o.data_type]!
     }))
   }
 

@@ -17,7 +17,7 @@
  */
 
 import { createError, type FlotillaError } from '../../common/errors.ts'
-import { type DataType } from '../../common/protocol/types.ts'
+import { DATATYPE_NAMES, dataTypeToConfigType } from '../../common/protocol/datatypes.ts'
 import {
   describePbValue, parsePbtxt, pbLocation, type PbMessage, type PbPosition, type PbValue
 } from './pbtxt.ts'
@@ -77,10 +77,8 @@ const enumOf = (enumName: string, values: readonly string[]): EnumType => ({ enu
 const message = (messageName: string, fields: Record<string, FieldSpec>): MessageType =>
   ({ messageName, fields: new Map(Object.entries(fields)) })
 
-const DATA_TYPE = enumOf('inference.DataType', [
-  'TYPE_INVALID', 'TYPE_BOOL', 'TYPE_UINT8', 'TYPE_UINT16', 'TYPE_UINT32', 'TYPE_UINT64', 'TYPE_INT8', 'TYPE_INT16',
-  'TYPE_INT32', 'TYPE_INT64', 'TYPE_FP16', 'TYPE_FP32', 'TYPE_FP64', 'TYPE_STRING', 'TYPE_BF16'
-])
+// The enum's values in number order, from the one datatype table (TYPE_INVALID is 0, the rest their enum value).
+const DATA_TYPE = enumOf('inference.DataType', ['TYPE_INVALID', ...DATATYPE_NAMES.map(dataTypeToConfigType)])
 
 const RATE_LIMITER = message('inference.ModelRateLimiter', {
   resources: rep(message('inference.ModelRateLimiter.Resource', {
@@ -1247,49 +1245,4 @@ function warmupJson (w: ModelWarmup): Record<string, unknown> {
     inputs[k] = input
   }
   return { name: w.name, batch_size: w.batch_size, inputs, count: w.count }
-}
-
-const CONFIG_TO_PROTOCOL: Readonly<Record<ConfigDataType, DataType | undefined>> = {
-  TYPE_INVALID: undefined,
-  TYPE_BOOL: 'BOOL',
-  TYPE_UINT8: 'UINT8',
-  TYPE_UINT16: 'UINT16',
-  TYPE_UINT32: 'UINT32',
-  TYPE_UINT64: 'UINT64',
-  TYPE_INT8: 'INT8',
-  TYPE_INT16: 'INT16',
-  TYPE_INT32: 'INT32',
-  TYPE_INT64: 'INT64',
-  TYPE_FP16: 'FP16',
-  TYPE_FP32: 'FP32',
-  TYPE_FP64: 'FP64',
-  TYPE_STRING: 'BYTES',
-  TYPE_BF16: 'BF16'
-}
-
-const PROTOCOL_TO_CONFIG: Readonly<Record<DataType, ConfigDataType>> = {
-  BOOL: 'TYPE_BOOL',
-  UINT8: 'TYPE_UINT8',
-  UINT16: 'TYPE_UINT16',
-  UINT32: 'TYPE_UINT32',
-  UINT64: 'TYPE_UINT64',
-  INT8: 'TYPE_INT8',
-  INT16: 'TYPE_INT16',
-  INT32: 'TYPE_INT32',
-  INT64: 'TYPE_INT64',
-  FP16: 'TYPE_FP16',
-  BF16: 'TYPE_BF16',
-  FP32: 'TYPE_FP32',
-  FP64: 'TYPE_FP64',
-  BYTES: 'TYPE_STRING'
-}
-
-/** Config `data_type` → protocol datatype (TYPE_STRING → BYTES); undefined for TYPE_INVALID. */
-export function configDataTypeToProtocol (t: ConfigDataType): DataType | undefined {
-  return CONFIG_TO_PROTOCOL[t]
-}
-
-/** Protocol datatype → config `data_type` (BYTES → TYPE_STRING). */
-export function protocolToConfigDataType (d: DataType): ConfigDataType {
-  return PROTOCOL_TO_CONFIG[d]
 }

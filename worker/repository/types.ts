@@ -4,13 +4,10 @@
  * config endpoint can print it as Triton does. Every field a Flotilla component reads is present after
  * normalisation; fields Triton accepts that Flotilla does not act on yet are kept verbatim in `passthrough`.
  */
+import { type ConfigTypeName } from '../../common/protocol/datatypes.ts'
 
-/** Config `data_type` enum names (model_config.proto DataType). */
-export type ConfigDataType =
-  | 'TYPE_INVALID' | 'TYPE_BOOL'
-  | 'TYPE_UINT8' | 'TYPE_UINT16' | 'TYPE_UINT32' | 'TYPE_UINT64'
-  | 'TYPE_INT8' | 'TYPE_INT16' | 'TYPE_INT32' | 'TYPE_INT64'
-  | 'TYPE_FP16' | 'TYPE_FP32' | 'TYPE_FP64' | 'TYPE_STRING' | 'TYPE_BF16'
+/** Config `data_type` enum names (model_config.proto DataType): the datatype table's, and TYPE_INVALID. */
+export type ConfigDataType = 'TYPE_INVALID' | ConfigTypeName
 
 export type TensorFormat = 'FORMAT_NONE' | 'FORMAT_NHWC' | 'FORMAT_NCHW'
 

@@ -4,7 +4,7 @@
  * (`create-scheduler.ts`): the dynamic batcher with `dynamic_batching`, else one request at a time per instance.
  *
  * Schedulers report what happened to an observer ({@link SchedulerObserver}), which keeps Triton's statistics and
- * metrics (`worker/server/stats.ts`); time comes from an injected clock, so batch formation is tested with exact
+ * metrics (`worker/inference/statistics.ts`); time comes from an injected clock, so batch formation is tested with exact
  * sequences.
  */
 import { type BackendInstance, type BackendRequest, type BackendResponse } from '../backends/types.ts'
@@ -50,7 +50,7 @@ export interface RequestTiming {
 }
 
 /**
- * What a scheduler reports; `worker/server/stats.ts` turns it into Triton's statistics and metrics. Called
+ * What a scheduler reports; `worker/inference/statistics.ts` turns it into Triton's statistics and metrics. Called
  * synchronously on the scheduler's path: implementations only add numbers.
  */
 export interface SchedulerObserver {

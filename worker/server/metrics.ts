@@ -4,7 +4,7 @@
  * prom-client's global one, so that several workers in one process (tests) do not share counters.
  *
  * The per-version counters are not counted here: they are the statistics the schedulers report
- * (worker/server/stats.ts), read at scrape time. So only requests that reached a scheduler count, as in Triton
+ * (worker/inference/statistics.ts), read at scrape time. So only requests that reached a scheduler count, as in Triton
  * (a request refused by validation before enqueue is in neither), the counters always agree with
  * `GET /v2/models/stats`, and the request path pays nothing for them: prom-client builds and hashes a label string
  * on every `inc`. Durations are cumulative microseconds, truncated per request, as Triton's counters are. The one
@@ -13,7 +13,7 @@
 import { createServer, type Server } from 'node:http'
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client'
 import { errorBody } from '../../common/errors.ts'
-import { FAILURE_REASONS, type VersionStatistics } from './stats.ts'
+import { FAILURE_REASONS, type VersionStatistics } from '../inference/statistics.ts'
 
 /**
  * Buckets of `nv_inference_first_response_histogram_ms`, in milliseconds: Triton's defaults (triton-behaviour.md

@@ -1,11 +1,8 @@
 import { readFileSync } from 'node:fs'
 import t from 'tap'
 import { isFlotillaError } from '../../../common/errors.ts'
-import { type DataType } from '../../../common/protocol/types.ts'
-import {
-  configDataTypeToProtocol, modelConfigToJson, parseModelConfig, protocolToConfigDataType
-} from '../../../worker/repository/model-config.ts'
-import { type ConfigDataType, type ModelConfig } from '../../../worker/repository/types.ts'
+import { modelConfigToJson, parseModelConfig } from '../../../worker/repository/model-config.ts'
+import { type ModelConfig } from '../../../worker/repository/types.ts'
 
 const FILE = 'config.pbtxt'
 
@@ -603,20 +600,6 @@ t.test('validation errors: Triton\'s messages, with positions (WRK_ERR_CONFIG_IN
   for (const [text, message] of cases) {
     t.strictSame(failure(text), { code: 'WRK_ERR_CONFIG_INVALID', message }, message)
   }
-})
-
-t.test('datatype helpers map config enums to protocol names and back', async t => {
-  const pairs: Array<[ConfigDataType, DataType]> = [
-    ['TYPE_BOOL', 'BOOL'], ['TYPE_UINT8', 'UINT8'], ['TYPE_UINT16', 'UINT16'], ['TYPE_UINT32', 'UINT32'],
-    ['TYPE_UINT64', 'UINT64'], ['TYPE_INT8', 'INT8'], ['TYPE_INT16', 'INT16'], ['TYPE_INT32', 'INT32'],
-    ['TYPE_INT64', 'INT64'], ['TYPE_FP16', 'FP16'], ['TYPE_FP32', 'FP32'], ['TYPE_FP64', 'FP64'],
-    ['TYPE_STRING', 'BYTES'], ['TYPE_BF16', 'BF16']
-  ]
-  for (const [config, protocol] of pairs) {
-    t.equal(configDataTypeToProtocol(config), protocol, config)
-    t.equal(protocolToConfigDataType(protocol), config, protocol)
-  }
-  t.equal(configDataTypeToProtocol('TYPE_INVALID'), undefined)
 })
 
 t.test('float fields accept inf and nan, which JSON spells as strings', async t => {

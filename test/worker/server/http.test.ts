@@ -27,7 +27,7 @@ t.test('the demo repository: health, metadata, config, ready, infer', async t =>
   const meta = await get(`${w.url}/v2`)
   t.equal(meta.status, 200)
   t.equal(meta.json.name, 'flotilla')
-  t.strictSame(meta.json.extensions, ['model_repository', 'model_configuration', 'statistics'])
+  t.strictSame(meta.json.extensions, ['model_repository', 'schedule_policy', 'model_configuration', 'binary_tensor_data', 'parameters', 'statistics'])
 
   const simple = await get(`${w.url}/v2/models/simple`)
   t.strictSame(simple.json, {

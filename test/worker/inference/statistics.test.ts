@@ -2,7 +2,7 @@ import t, { type Test } from 'tap'
 import { silentLogger } from '../../../common/logger.ts'
 import { startWorker, type RunningWorker } from '../../../worker/main.ts'
 import { type RequestTiming } from '../../../worker/scheduler/types.ts'
-import { ModelStatistics, VersionStatistics } from '../../../worker/server/stats.ts'
+import { ModelStatistics, VersionStatistics } from '../../../worker/inference/statistics.ts'
 import { get, http, post } from '../../helpers/http.ts'
 import { identityConfig } from '../../helpers/model-repo.ts'
 
