@@ -33,6 +33,14 @@ export const errorCodes = {
     message: 'request headers exceed the limit of %s bytes; send fewer or smaller headers, or raise %s'
   },
   FLT_ERR_MALFORMED_HTTP: { http: 400, grpc: 'INVALID_ARGUMENT', message: 'malformed HTTP request (%s): %s' },
+  // Triton answers 501 for an unknown Content-Encoding; RFC 9110 §15.5.16 says 415 (with Accept-Encoding), so we do.
+  FLT_ERR_UNSUPPORTED_CONTENT_ENCODING: {
+    http: 415, grpc: 'UNIMPLEMENTED',
+    message: "Unsupported compression type '%s': send the request body with Content-Encoding gzip, deflate or identity%s"
+  },
+  FLT_ERR_CONTENT_DECODING: {
+    http: 400, grpc: 'INVALID_ARGUMENT', message: 'the request body is not valid %s data (Content-Encoding: %s): %s'
+  },
   FLT_ERR_INTERNAL: { http: 500, grpc: 'INTERNAL', message: 'internal error: %s' },
 
   // KServe v2 codec: the request body itself is malformed
@@ -40,6 +48,8 @@ export const errorCodes = {
   PROTO_ERR_INVALID_REQUEST: { http: 400, grpc: 'INVALID_ARGUMENT', message: '%s' },
   PROTO_ERR_INVALID_DATATYPE: { http: 400, grpc: 'INVALID_ARGUMENT', message: 'invalid datatype for input %s' },
   PROTO_ERR_DATA_MISMATCH: { http: 400, grpc: 'INVALID_ARGUMENT', message: '%s' },
+  // The binary tensor data extension's framing: Inference-Header-Content-Length, binary_data_size, the bytes after the JSON.
+  PROTO_ERR_BINARY_DATA: { http: 400, grpc: 'INVALID_ARGUMENT', message: '%s' },
 
   // worker: request does not fit the model (messages follow Triton's text where Triton has one)
   WRK_ERR_INVALID_INPUT: { http: 400, grpc: 'INVALID_ARGUMENT', message: '%s' },
@@ -103,6 +113,9 @@ export const errorCodes = {
   },
   GW_ERR_INDEX_UNAVAILABLE: {
     http: 502, grpc: 'UNAVAILABLE', message: 'no server in the fleet could be reached for the repository index (tried: %s)%s'
+  },
+  GW_ERR_STATS_UNAVAILABLE: {
+    http: 502, grpc: 'UNAVAILABLE', message: 'no server serving the model could be reached for its statistics (tried: %s)%s'
   },
   GW_ERR_UPSTREAM_TIMEOUT: { http: 504, grpc: 'DEADLINE_EXCEEDED', message: "server '%s' did not answer within %s ms" },
   GW_ERR_REQUEST_TIMEOUT: {

@@ -18,6 +18,7 @@ import { createHttpProbe } from './health/http-probe.ts'
 import { type Timers } from './health/types.ts'
 import { Forwarder, REAL_TIMERS } from './proxy/forward.ts'
 import { ModelPolicies } from './proxy/model-policy.ts'
+import { ModelPipeline } from './proxy/pipeline.ts'
 import { retrySettingsOf } from './proxy/retry-policy.ts'
 import { UpstreamPool, type PoolFactory } from './proxy/upstream-pool.ts'
 import { adminToken, buildAdminServer } from './admin/admin-server.ts'
@@ -187,13 +188,13 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
       queued: (model, waitedMs, outcome) => { metrics.queueWait(model, outcome, waitedMs / 1000) }
     }
   })
+  const pipeline = new ModelPipeline({ fleet, forwarder, policies, canaries, metrics, now: deps.now })
   const app = buildGatewayHttp({
     fleet,
+    pipeline,
     forwarder,
     policies,
-    canaries,
     health: (endpoint) => fleetHealth.view(endpoint),
-    metrics,
     logger,
     bodyLimit: settings.max_body_bytes,
     headerLimit: settings.max_header_bytes,

@@ -23,8 +23,8 @@ export interface CanaryRoute {
    */
   readonly unavailable: CanarySide | undefined
   readonly candidates: readonly Endpoint[]
-  /** `undefined`: the request's own path. */
-  readonly path: string | undefined
+  /** The version to send the request to, for a split by versions; `undefined`: as the request addressed it. */
+  readonly version: string | undefined
 }
 
 /** The two sides of a split by servers, for one candidate list (kept until the fleet hands out a new list). */
@@ -39,7 +39,7 @@ export class ModelCanary {
   readonly config: CanaryConfig
   readonly source: EndpointSource
   readonly #canaryServers: ReadonlySet<string> | undefined
-  readonly #paths: { readonly baseline: string, readonly canary: string } | undefined
+  readonly #versions: { readonly baseline: string, readonly canary: string } | undefined
   readonly #sides = new WeakMap<readonly Endpoint[], ServerSides>()
 
   constructor (model: string, config: CanaryConfig, source: EndpointSource, deps: CanaryDeps) {
@@ -47,13 +47,9 @@ export class ModelCanary {
     this.source = source
     this.canary = new Canary(model, toSettings(config), deps)
     this.#canaryServers = config.canary_servers === undefined ? undefined : new Set(config.canary_servers)
-    const encoded = encodeURIComponent(model)
-    this.#paths = config.baseline_version === undefined || config.canary_version === undefined
+    this.#versions = config.baseline_version === undefined || config.canary_version === undefined
       ? undefined
-      : {
-          baseline: `/v2/models/${encoded}/versions/${config.baseline_version}/infer`,
-          canary: `/v2/models/${encoded}/versions/${config.canary_version}/infer`
-        }
+      : { baseline: String(config.baseline_version), canary: String(config.canary_version) }
   }
 
   /**
@@ -63,28 +59,25 @@ export class ModelCanary {
    * a canary whose servers all get ejected must still be rolled back.
    *
    * @param all the model's candidates (`fleet.endpointsServing(model)`)
-   * @param query the request's query string with its `?`, or `''`
    */
-  route (fleet: Fleet, all: readonly Endpoint[], header: (name: string) => string | undefined, query: string): CanaryRoute {
+  route (fleet: Fleet, all: readonly Endpoint[], header: (name: string) => string | undefined): CanaryRoute {
     const chosen = this.canary.side(header)
-    const paths = this.#paths
-    if (paths !== undefined) {
-      const config = this.config
-      const pick = (side: CanarySide): readonly Endpoint[] =>
-        fleet.endpointsServing(this.canary.model, String(side === 'canary' ? config.canary_version : config.baseline_version))
+    const versions = this.#versions
+    if (versions !== undefined) {
+      const pick = (side: CanarySide): readonly Endpoint[] => fleet.endpointsServing(this.canary.model, versions[side])
       let side = chosen
       let candidates = pick(side)
       if (candidates.length === 0) {
         side = side === 'canary' ? 'baseline' : 'canary'
         candidates = pick(side)
       }
-      return { side, unavailable: this.#charged(fleet, chosen, side), candidates, path: (side === 'canary' ? paths.canary : paths.baseline) + query }
+      return { side, unavailable: this.#charged(fleet, chosen, side), candidates, version: versions[side] }
     }
     const sides = this.#serverSides(all)
     const other: CanarySide = chosen === 'canary' ? 'baseline' : 'canary'
     return sides[chosen].length > 0
-      ? { side: chosen, unavailable: undefined, candidates: sides[chosen], path: undefined }
-      : { side: other, unavailable: this.#charged(fleet, chosen, other), candidates: sides[other], path: undefined }
+      ? { side: chosen, unavailable: undefined, candidates: sides[chosen], version: undefined }
+      : { side: other, unavailable: this.#charged(fleet, chosen, other), candidates: sides[other], version: undefined }
   }
 
   /**

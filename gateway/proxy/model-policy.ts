@@ -7,7 +7,7 @@
 import { createBalancer } from '../balancer/registry.ts'
 import { type Balancer, type BalancerDeps } from '../balancer/types.ts'
 import { toBalancerOptions, type FleetConfig } from '../fleet/fleet-config.ts'
-import { type RoutePolicy } from './forward.ts'
+import { type RoutePolicy } from './types.ts'
 
 /** A model's routing policy: what the forwarder needs, and the header the HTTP front reads the affinity key from. */
 export interface ModelPolicy extends RoutePolicy {

@@ -6,25 +6,29 @@
  * (`common/http-server.ts`), so clients cannot tell one from the other except by `x-flotilla-endpoint`.
  */
 import { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
-import { createError, errorBody, type FlotillaError } from '../../common/errors.ts'
+import { errorBody } from '../../common/errors.ts'
 import { createKServeServer, route } from '../../common/http-server.ts'
 import { type Logger } from '../../common/logger.ts'
 import { FLOTILLA_VERSION } from '../../common/package-root.ts'
-import { type CanaryRoute, type Canaries } from '../canary/canaries.ts'
 import { type Fleet } from '../fleet/fleet.ts'
 import { type Endpoint } from '../fleet/types.ts'
 import { type EndpointHealthView } from '../health/fleet-health.ts'
-import { ENDPOINT_HEADER, REQUEST_ID_HEADER, upstreamRequestHeaders, type ForwardRequest, type ForwardResult, type Forwarder, type UpstreamResponse } from '../proxy/forward.ts'
 import { type AbortSignalLike } from '../proxy/admission.ts'
+import { type Forwarder } from '../proxy/forward.ts'
+import { ENDPOINT_HEADER, REQUEST_ID_HEADER, upstreamRequestHeaders } from '../proxy/headers.ts'
 import { type ModelPolicies } from '../proxy/model-policy.ts'
+import { type ModelCall, type ModelPipeline } from '../proxy/pipeline.ts'
+import { type ForwardRequest, type ForwardResult, type UpstreamResponse } from '../proxy/types.ts'
 import { fleetView } from './fleet-view.ts'
-import { type GatewayMetrics } from './metrics.ts'
+import { mergeIndexes, mergeStatistics, type FanOutAnswer } from './merge.ts'
 
 /**
- * What `GET /v2` reports: what works end to end through the gateway, which is no more than the workers support.
- * `model_repository` is left out until load/unload are routed (only the index is).
+ * What `GET /v2` reports: what works end to end through the gateway, which is no more than the workers support, in
+ * Triton's order. `model_repository` is left out until load/unload are routed (only the index is).
  */
-export const GATEWAY_EXTENSIONS: readonly string[] = ['model_configuration']
+export const GATEWAY_EXTENSIONS: readonly string[] = Object.freeze([
+  'schedule_policy', 'model_configuration', 'binary_tensor_data', 'parameters', 'statistics'
+])
 
 /** Named in the 413 and 431 messages: where to raise the limits. */
 const BODY_LIMIT_SETTING = 'gateway.max_body_bytes in the fleet file'
@@ -39,13 +43,12 @@ export const RETRY_AFTER_SECONDS = 1
 /** What the HTTP front routes with. */
 export interface GatewayHttpOptions {
   fleet: Fleet
+  /** The protocol-neutral path every model request takes. */
+  pipeline: ModelPipeline
   forwarder: Forwarder
   policies: ModelPolicies
-  /** Per-model canary splits (checked per inference request naming no version). */
-  canaries: Canaries
   /** Health as `GET /v2/fleet` shows it. */
   health: (endpoint: Endpoint) => EndpointHealthView
-  metrics: GatewayMetrics
   logger: Logger
   /** Largest accepted request body in bytes (`gateway.max_body_bytes`). */
   bodyLimit: number
@@ -64,7 +67,7 @@ const VERSION = ':version(^\\d+$)'
 
 /** Builds (does not start) the HTTP front. */
 export function buildGatewayHttp (options: GatewayHttpOptions): FastifyInstance {
-  const { fleet, forwarder, policies, canaries, metrics, now, logger } = options
+  const { fleet, forwarder, pipeline, policies, now, logger } = options
   const app = createKServeServer({
     logger,
     bodyLimit: options.bodyLimit,
@@ -108,40 +111,7 @@ export function buildGatewayHttp (options: GatewayHttpOptions): FastifyInstance 
   // Resolves once the answer is sent, with nothing: resolving with `reply` (a thenable) would cost fastify three more
   // microtasks per request to adopt it.
   const proxyModel = async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
-    const { model, version } = request.params as ModelParams
-    let candidates = fleet.endpointsServing(model, version)
-    if (candidates.length === 0) {
-      const notServed = notServedError(fleet, model, version)
-      if (notServed !== undefined) throw notServed
-    }
-    const started = now()
-    const policy = policies.for(model)
-    // Only inference naming no version is split (POST is infer on these routes): see canary/canaries.ts.
-    const canary = version === undefined && request.method === 'POST' && candidates.length > 0 ? canaries.for(model) : undefined
-    let route: CanaryRoute | undefined
-    if (canary !== undefined) {
-      route = canary.route(fleet, candidates, (name) => headerValue(request.headers[name]), queryOf(request.url))
-      candidates = route.candidates
-    }
-    let result: ForwardResult
-    if (candidates.length === 0) {
-      // Served, but every server is failing its checks or ejected, and panic is off (or the version's servers are).
-      result = { ok: false, endpoint: undefined, error: noHealthyError(fleet, model) }
-    } else {
-      const hashKey = policy.hashHeader === undefined ? undefined : headerValue(request.headers[policy.hashHeader])
-      result = await forwarder.forward(candidates, { model, version, hashKey, policy }, forwardRequestOf(request, reply, route?.path))
-    }
-    const code = result.ok ? result.response.statusCode : result.error.statusCode
-    const seconds = (now() - started) / 1000
-    metrics.observe(model, result.endpoint?.name ?? '', code, seconds)
-    // A client that left (499) says nothing about either side.
-    if (canary !== undefined && route !== undefined && code !== 499) {
-      // A request the chosen side could not take counts against that side, whatever the other side made of it.
-      const side = route.unavailable ?? route.side
-      const ok = route.unavailable === undefined && code < 500
-      canary.canary.record(side, ok, seconds * 1000)
-      metrics.canaryRequest(model, side, ok, seconds)
-    }
+    const result = await pipeline.run(new HttpModelCall(request, reply))
     sendResult(request, reply, result)
   }
   for (const prefix of ['/v2/models/:model', `/v2/models/:model/versions/${VERSION}`]) {
@@ -151,13 +121,31 @@ export function buildGatewayHttp (options: GatewayHttpOptions): FastifyInstance 
     route(app, 'POST', `${prefix}/infer`, proxyModel)
   }
 
-  route(app, 'POST', '/v2/repository/index', async (request, reply) => {
-    const endpoints = fleet.endpoints.filter((e) => e.state === 'active')
+  /** Asks each of `endpoints` the same request, each with its own deadline, and collects every answer. */
+  const fanOut = async (request: FastifyRequest, reply: FastifyReply, endpoints: readonly Endpoint[]): Promise<FanOutAnswer[]> => {
     const forwarded = forwardRequestOf(request, reply)
     const headers = upstreamRequestHeaders(forwarded.headers, forwarded.requestId)
-    const results = await Promise.all(endpoints.map((e) => forwarder.sendTo(e, forwarded, headers, options.fanOutTimeoutMs)))
-    return sendMergedIndex(request, reply, results)
+    return Promise.all(endpoints.map((e) => forwarder.sendTo(e, forwarded, headers, options.fanOutTimeoutMs)))
+  }
+
+  route(app, 'POST', '/v2/repository/index', async (request, reply) => {
+    const { endpoints } = pipeline.fanOutTargets()
+    sendMerged(request, reply, mergeIndexes(await fanOut(request, reply, endpoints)))
   })
+
+  // Statistics: each server's for the models it serves, merged (counts and times summed: see merge.ts).
+  route(app, 'GET', '/v2/models/stats', async (request, reply) => {
+    const { endpoints } = pipeline.fanOutTargets()
+    sendMerged(request, reply, mergeStatistics(await fanOut(request, reply, endpoints)))
+  })
+  for (const url of ['/v2/models/:model/stats', `/v2/models/:model/versions/${VERSION}/stats`]) {
+    route(app, 'GET', url, async (request, reply) => {
+      const { model, version } = request.params as ModelParams
+      const { endpoints, error } = pipeline.fanOutTargets(model, version)
+      if (error !== undefined) throw error
+      sendMerged(request, reply, mergeStatistics(await fanOut(request, reply, endpoints)))
+    })
+  }
 
   route(app, 'GET', '/v2/fleet', async (_request, reply) => reply.type('application/json').send(JSON.stringify(fleetView({
     fleet,
@@ -170,6 +158,38 @@ export function buildGatewayHttp (options: GatewayHttpOptions): FastifyInstance 
   }))))
 
   return app
+}
+
+/** A model route's request, as the pipeline sees it. */
+class HttpModelCall implements ModelCall {
+  readonly model: string
+  readonly version: string | undefined
+  readonly inference: boolean
+  readonly protocol = 'http'
+  readonly #request: FastifyRequest
+  readonly #reply: FastifyReply
+
+  constructor (request: FastifyRequest, reply: FastifyReply) {
+    const params = request.params as ModelParams
+    this.model = params.model
+    this.version = params.version
+    // POST is infer on the model routes.
+    this.inference = request.method === 'POST'
+    this.#request = request
+    this.#reply = reply
+  }
+
+  header (name: string): string | undefined {
+    return headerValue(this.#request.headers[name])
+  }
+
+  upstream (version: string | undefined): ForwardRequest {
+    const request = this.#request
+    if (version === undefined) return forwardRequestOf(request, this.#reply)
+    // A canary's split by versions: the same call, on the chosen version's path, query kept.
+    const path = `/v2/models/${encodeURIComponent(this.model)}/versions/${version}/infer${queryOf(request.url)}`
+    return forwardRequestOf(request, this.#reply, path)
+  }
 }
 
 /** The query string of a request URL, with its `?`; `''` when there is none. */
@@ -231,24 +251,6 @@ class ClientGone implements AbortSignalLike {
   }
 }
 
-/** The 404 for a model (or model version) no server lists, or `undefined` when some server does list it. */
-function notServedError (fleet: Fleet, model: string, version: string | undefined): FlotillaError | undefined {
-  if (!fleet.servesModel(model)) {
-    return createError('GW_ERR_MODEL_NOT_SERVED', model, fleet.models.length > 0 ? fleet.models.join(', ') : 'none')
-  }
-  if (version === undefined) return undefined
-  const versions = fleet.versionsOf(model)
-  if (versions === undefined || versions.includes(Number(version))) return undefined
-  // Triton's wording for an unknown version, with what the fleet does serve.
-  return createError('GW_ERR_MODEL_VERSION_NOT_SERVED', model, version, versions.join(', '))
-}
-
-/** The 503 for a model that is served but has no usable server at this moment. */
-function noHealthyError (fleet: Fleet, model: string): FlotillaError {
-  const count = fleet.endpoints.filter((e) => e.models.includes(model)).length
-  return createError('GW_ERR_NO_HEALTHY_UPSTREAM', model, count === 1 ? 'its 1 server is' : `all ${count} of its servers are`)
-}
-
 /** A header's value as one string; a repeated header counts by its first value. */
 function headerValue (value: string | string[] | undefined): string | undefined {
   return Array.isArray(value) ? value[0] : value
@@ -267,62 +269,11 @@ function sendResult (request: FastifyRequest, reply: FastifyReply, result: Forwa
   return reply.code(result.error.statusCode).type('application/json').send(errorBody(result.error.message))
 }
 
-interface IndexEntry { name: string, version?: string, state?: string, reason?: string }
-
-function isIndexEntry (value: unknown): value is IndexEntry {
-  return typeof value === 'object' && value !== null && typeof (value as { name?: unknown }).name === 'string'
-}
-
-/**
- * One index for the fleet: the union of every server's index, one entry per model and version (a READY entry
- * wins over any other state, since the model can be served), sorted by name then version as Triton sorts it.
- * Servers that cannot be reached or answer with something other than an index are left out; if none answered
- * with an index, the first error answer is passed on, else a 502.
- */
-function sendMergedIndex (request: FastifyRequest, reply: FastifyReply, results: readonly ForwardResult[]): FastifyReply {
-  const merged = new Map<string, IndexEntry>()
-  const answered: string[] = []
-  let firstAnswer: UpstreamResponse | undefined
-  const failures: string[] = []
-  for (const result of results) {
-    if (!result.ok) {
-      failures.push(result.error.message)
-      continue
-    }
-    let entries: unknown
-    try {
-      entries = result.response.statusCode === 200 ? JSON.parse(result.response.body.toString('utf8')) : undefined
-    } catch {
-      entries = undefined
-    }
-    if (!Array.isArray(entries)) {
-      request.log.warn({ endpoint: result.endpoint.name, status: result.response.statusCode },
-        'repository index answer left out of the merged index')
-      firstAnswer ??= result.response
-      continue
-    }
-    answered.push(result.endpoint.name)
-    for (const entry of entries) {
-      if (!isIndexEntry(entry)) continue
-      const key = `${entry.name}\u0000${entry.version ?? ''}`
-      const seen = merged.get(key)
-      if (seen === undefined || (seen.state !== 'READY' && entry.state === 'READY')) merged.set(key, entry)
-    }
+/** The merged answer of a fan-out, or the error to answer with. */
+function sendMerged (request: FastifyRequest, reply: FastifyReply, merged: ReturnType<typeof mergeIndexes>): FastifyReply {
+  if ('body' in merged) {
+    return reply.code(200).header(ENDPOINT_HEADER, merged.answered.join(', ')).type('application/json').send(merged.body)
   }
-  if (answered.length > 0) {
-    const list = [...merged.values()].sort(compareIndexEntries)
-    return reply.code(200).header(ENDPOINT_HEADER, answered.join(', ')).type('application/json').send(JSON.stringify(list))
-  }
-  // Every server answered, and none with an index: pass on what the first one said (a 400 for a bad body, say).
-  if (firstAnswer !== undefined) return sendUpstream(reply, firstAnswer)
-  const error = createError('GW_ERR_INDEX_UNAVAILABLE',
-    results.map((r) => r.endpoint?.name ?? '?').join(', ') || 'none', failures.length > 0 ? `: ${failures.join('; ')}` : '')
-  return sendResult(request, reply, { ok: false, endpoint: undefined, error })
-}
-
-function compareIndexEntries (a: IndexEntry, b: IndexEntry): number {
-  if (a.name !== b.name) return a.name < b.name ? -1 : 1
-  const va = a.version === undefined ? -1 : Number(a.version)
-  const vb = b.version === undefined ? -1 : Number(b.version)
-  return va - vb
+  if ('passOn' in merged) return sendUpstream(reply, merged.passOn)
+  return sendResult(request, reply, { ok: false, endpoint: undefined, error: merged.error })
 }

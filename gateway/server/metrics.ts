@@ -25,9 +25,9 @@ export interface MetricSources {
   canaryPercents? (): ReadonlyArray<{ readonly model: string, readonly percent: number }>
 }
 
-/** Requests of one model, endpoint and code counted since the last scrape, which adds them to the counter. */
+/** Requests of one model, endpoint, code and protocol counted since the last scrape, which adds them to the counter. */
 interface PendingCount {
-  readonly labels: { readonly model: string, readonly endpoint: string, readonly code: string }
+  readonly labels: { readonly model: string, readonly endpoint: string, readonly code: string, readonly protocol: string }
   pending: number
 }
 
@@ -45,13 +45,13 @@ interface BoundSeries {
 
 export class GatewayMetrics {
   readonly registry = new Registry()
-  readonly #requests: Counter<'model' | 'endpoint' | 'code'>
-  readonly #duration: Histogram<'model' | 'endpoint'>
+  readonly #requests: Counter<'model' | 'endpoint' | 'code' | 'protocol'>
+  readonly #duration: Histogram<'model' | 'endpoint' | 'protocol'>
   /**
-   * model → endpoint → series. Bounded by the fleet: the HTTP front observes only models some server lists, and
-   * codes are HTTP's.
+   * protocol → model → endpoint → series. Bounded by the fleet: the pipeline observes only models some server lists,
+   * codes are HTTP's and the protocols two.
    */
-  readonly #bound = new Map<string, Map<string, BoundSeries>>()
+  readonly #bound = new Map<string, Map<string, Map<string, BoundSeries>>>()
   /** Every count, in the order its series first appeared (the order prom-client would list them in). */
   readonly #counts: PendingCount[] = []
   readonly #retries: Counter<'model' | 'cause'>
@@ -68,15 +68,16 @@ export class GatewayMetrics {
     const registers = [this.registry]
     this.#requests = new Counter({
       name: 'flotilla_requests_total',
-      help: 'Requests routed to a model, by model, answering endpoint ("" when none answered) and HTTP status code',
-      labelNames: ['model', 'endpoint', 'code'],
+      help: 'Requests routed to a model, by model, answering endpoint ("" when none answered), HTTP status code (gRPC ' +
+        'requests: the HTTP status their gRPC status was mapped from) and the protocol the client used (http, grpc)',
+      labelNames: ['model', 'endpoint', 'code', 'protocol'],
       registers,
       collect: () => { this.#publishCounts() }
     })
     this.#duration = new Histogram({
       name: 'flotilla_request_duration_seconds',
-      help: 'Time from receiving a model request to having its answer, in seconds, by model and endpoint',
-      labelNames: ['model', 'endpoint'],
+      help: 'Time from receiving a model request to having its answer, in seconds, by model, endpoint and protocol',
+      labelNames: ['model', 'endpoint', 'protocol'],
       buckets: [...DURATION_BUCKETS],
       registers
     })
@@ -207,21 +208,27 @@ export class GatewayMetrics {
    *
    * @param endpoint the server that answered, or `''` when none did
    * @param seconds time from receiving the request to having its answer
+   * @param protocol the client's protocol
    */
-  observe (model: string, endpoint: string, code: number, seconds: number): void {
-    let byEndpoint = this.#bound.get(model)
+  observe (model: string, endpoint: string, code: number, seconds: number, protocol: 'http' | 'grpc' = 'http'): void {
+    let byModel = this.#bound.get(protocol)
+    if (byModel === undefined) {
+      byModel = new Map()
+      this.#bound.set(protocol, byModel)
+    }
+    let byEndpoint = byModel.get(model)
     if (byEndpoint === undefined) {
       byEndpoint = new Map()
-      this.#bound.set(model, byEndpoint)
+      byModel.set(model, byEndpoint)
     }
     let series = byEndpoint.get(endpoint)
     if (series === undefined) {
-      series = { duration: this.#duration.labels({ model, endpoint }), requests: new Map() }
+      series = { duration: this.#duration.labels({ model, endpoint, protocol }), requests: new Map() }
       byEndpoint.set(endpoint, series)
     }
     let requests = series.requests.get(code)
     if (requests === undefined) {
-      requests = { labels: { model, endpoint, code: String(code) }, pending: 0 }
+      requests = { labels: { model, endpoint, code: String(code), protocol }, pending: 0 }
       series.requests.set(code, requests)
       this.#counts.push(requests)
     }

@@ -377,9 +377,9 @@ t.test('metrics listener', async (t) => {
   const scrape = await send(g.metricsPort, 'GET', '/metrics')
   t.equal(scrape.status, 200)
   t.match(scrape.headers['content-type'], /^text\/plain/)
-  t.match(scrape.body, /^flotilla_requests_total\{model="m",endpoint="a",code="200"\} 2$/m)
-  t.match(scrape.body, /^flotilla_requests_total\{model="other",endpoint="down",code="502"\} 1$/m)
-  t.match(scrape.body, /^flotilla_request_duration_seconds_count\{model="m",endpoint="a"\} 2$/m)
+  t.match(scrape.body, /^flotilla_requests_total\{model="m",endpoint="a",code="200",protocol="http"\} 2$/m)
+  t.match(scrape.body, /^flotilla_requests_total\{model="other",endpoint="down",code="502",protocol="http"\} 1$/m)
+  t.match(scrape.body, /^flotilla_request_duration_seconds_count\{model="m",endpoint="a",protocol="http"\} 2$/m)
   t.match(scrape.body, /^flotilla_upstream_in_flight\{endpoint="a"\} 0$/m)
   t.match(scrape.body, /^process_cpu_user_seconds_total /m, 'default process metrics are there')
 

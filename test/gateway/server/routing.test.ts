@@ -60,7 +60,7 @@ retries: { backoff_base_ms: 1, backoff_max_ms: 2 }
   t.ok(full.seen.length >= 3, `the full server was tried (${full.seen.length} times)`)
   const text = await metricsText(g)
   t.match(text, new RegExp(`flotilla_retries_total\\{model="m",cause="unavailable"\\} ${full.seen.length}\\b`))
-  t.match(text, /flotilla_requests_total\{model="m",endpoint="good",code="200"\} 6/)
+  t.match(text, /flotilla_requests_total\{model="m",endpoint="good",code="200",protocol="http"\} 6/)
 })
 
 t.test('retries off: the worker\'s 503 reaches the client as it is', async (t) => {
