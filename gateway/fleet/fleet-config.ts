@@ -32,6 +32,8 @@ import {
 export const DEFAULT_GATEWAY_HOST = '127.0.0.1'
 export const DEFAULT_HTTP_PORT = 8000
 export const DEFAULT_METRICS_PORT = 8002
+/** Triton's gRPC port: the gateway serves `inference.GRPCInferenceService` there. */
+export const DEFAULT_GRPC_PORT = 8001
 /** 64 MiB: room for a batch of large image tensors in JSON, while still bounding what one request can pin. */
 export const DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 export const DEFAULT_REQUEST_TIMEOUT_MS = 60_000
@@ -53,6 +55,7 @@ export const MAX_SERVER_WEIGHT = 1000
 export const DEFAULT_GATEWAY_SETTINGS = Object.freeze({
   host: DEFAULT_GATEWAY_HOST,
   http_port: DEFAULT_HTTP_PORT,
+  grpc_port: DEFAULT_GRPC_PORT,
   metrics_port: DEFAULT_METRICS_PORT,
   max_body_bytes: DEFAULT_MAX_BODY_BYTES,
   request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
@@ -240,6 +243,8 @@ export const inferenceServerSpec = object({
   name: required(string({ pattern: SERVER_NAME })),
   host: required(string({ check: hostCheck })),
   port: required(integer(1, 65535)),
+  // Absent: port + 1, Triton's layout (HTTP 8000, gRPC 8001); see grpcPortOf.
+  grpc_port: optional(integer(1, 65535)),
   models: required(list(string({ pattern: MODEL_NAME }), { nonEmpty: 'a server must serve at least one model', unique: { what: 'model' } })),
   weight: withDefault(integer(0, MAX_SERVER_WEIGHT), DEFAULT_SERVER_WEIGHT),
   protocol: withDefault(oneOf(['http'], { grpc: 'gRPC upstreams come in a later release' }), 'http'),
@@ -338,6 +343,8 @@ function fleetSchema (options: FleetConfigOptions) {
   const gateway = object({
     host: withDefault(string({ check: hostCheck }), DEFAULT_GATEWAY_HOST),
     http_port: withDefault(integer(0, 65535), DEFAULT_HTTP_PORT),
+    // -1 turns the gRPC listener off.
+    grpc_port: withDefault(integer(-1, 65535), DEFAULT_GRPC_PORT),
     metrics_port: withDefault(integer(0, 65535), DEFAULT_METRICS_PORT),
     max_body_bytes: withDefault(integer(1, MAX_BODY_LIMIT), DEFAULT_MAX_BODY_BYTES),
     request_timeout_ms: withDefault(integer(1, MAX_TIMER_MS), DEFAULT_REQUEST_TIMEOUT_MS),
@@ -428,6 +435,11 @@ export type HealthCheckConfig = FleetConfig['health_check']
 /** The `outlier_detection` section (passive ejection), with defaults filled in. */
 export type OutlierDetectionConfig = FleetConfig['outlier_detection']
 
+/** A server's gRPC port: its `grpc_port`, else `port` + 1 (Triton's layout: HTTP 8000, gRPC 8001). */
+export function grpcPortOf (server: Pick<InferenceServerConfig, 'port' | 'grpc_port'>): number {
+  return server.grpc_port ?? server.port + 1
+}
+
 /**
  * Parses and validates fleet YAML.
  *
@@ -510,6 +522,27 @@ function crossCheck (root: Node | null, ctx: SchemaContext): void {
   const metricsPort = metricsNode === null ? DEFAULT_METRICS_PORT : integerOf(metricsNode)
   if (httpPort !== undefined && httpPort !== 0 && httpPort === metricsPort) {
     ctx.report(metricsNode ?? httpNode, null, `gateway.metrics_port must differ from gateway.http_port (both are ${httpPort})`)
+  }
+  const grpcNode = childOf(gateway, 'grpc_port', ctx)
+  const grpcPort = grpcNode === null ? DEFAULT_GRPC_PORT : integerOf(grpcNode)
+  if (grpcPort !== undefined && grpcPort > 0) {
+    for (const [name, other] of [['http_port', httpPort], ['metrics_port', metricsPort]] as const) {
+      if (grpcPort === other) ctx.report(grpcNode ?? childOf(gateway, name, ctx), null, `gateway.grpc_port must differ from gateway.${name} (both are ${grpcPort})`)
+    }
+  }
+  if (isSeq(servers)) {
+    servers.items.forEach((item, i) => {
+      const server = ctx.resolve(item)
+      const portNode = childOf(server, 'port', ctx)
+      const serverGrpcNode = childOf(server, 'grpc_port', ctx)
+      const port = portNode === null ? undefined : integerOf(portNode)
+      const serverGrpc = serverGrpcNode === null ? undefined : integerOf(serverGrpcNode)
+      if (port !== undefined && serverGrpc !== undefined && port === serverGrpc) {
+        ctx.report(serverGrpcNode, null, `inference_servers[${i}].grpc_port must differ from its port (both are ${port})`)
+      } else if (port === 65535 && serverGrpcNode === null) {
+        ctx.report(portNode, null, `inference_servers[${i}] has port 65535, so its gRPC port cannot default to port + 1: set grpc_port`)
+      }
+    })
   }
 
   const outlier = ctx.resolve(childOf(root, 'outlier_detection', ctx))

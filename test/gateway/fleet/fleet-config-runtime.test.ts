@@ -221,7 +221,7 @@ t.test('gateway runtime keys: each invalid value refused with file:line:col', as
     ['drain_timeout_ms: 2147483648', 'fleet.yaml:19:21: gateway.drain_timeout_ms must be an integer in 0..2147483647, got 2147483648'],
     ['slow_start_ms: 1.5', 'fleet.yaml:19:18: gateway.slow_start_ms must be an integer in 0..2147483647, got 1.5'],
     ['watch: yes', "fleet.yaml:19:10: gateway.watch must be true or false, got 'yes' (a string)"],
-    ['admin_token: hunter2', "fleet.yaml:19:3: unknown key 'admin_token' in gateway (allowed: host, http_port, metrics_port, max_body_bytes, " +
+    ['admin_token: hunter2', "fleet.yaml:19:3: unknown key 'admin_token' in gateway (allowed: host, http_port, grpc_port, metrics_port, max_body_bytes, " +
       'request_timeout_ms, max_header_bytes, max_in_flight_per_server, max_queued_requests, queue_timeout_ms, admin_host, admin_port, ' +
       'admin_token_file, shutdown_timeout_ms, drain_timeout_ms, slow_start_ms, watch)']
   ]

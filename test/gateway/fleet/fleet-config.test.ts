@@ -45,14 +45,15 @@ load_balancer:
 `
 
 const TOP = 'model_repository, inference_servers, load_balancer, models, canary, retries, health_check, outlier_detection, gateway'
-const SERVER_KEYS = 'name, host, port, models, weight, protocol, labels, versions, max_in_flight'
-const GATEWAY_KEYS = 'host, http_port, metrics_port, max_body_bytes, request_timeout_ms, max_header_bytes, ' +
+const SERVER_KEYS = 'name, host, port, grpc_port, models, weight, protocol, labels, versions, max_in_flight'
+const GATEWAY_KEYS = 'host, http_port, grpc_port, metrics_port, max_body_bytes, request_timeout_ms, max_header_bytes, ' +
   'max_in_flight_per_server, max_queued_requests, queue_timeout_ms, admin_host, admin_port, admin_token_file, ' +
   'shutdown_timeout_ms, drain_timeout_ms, slow_start_ms, watch'
 /** The normalised `gateway` section of a file that has none. */
 const GATEWAY_DEFAULTS = {
   host: '127.0.0.1',
   http_port: 8000,
+  grpc_port: 8001,
   metrics_port: 8002,
   max_body_bytes: 67108864,
   request_timeout_ms: 60000,
@@ -288,8 +289,16 @@ t.test('inline bad fleets', async (t) => {
       'fleet.yaml:8:28: load_balancer.panic_threshold_percent must be an integer in 0..100, got 101'],
     ['ejection percent over 100', BASE + 'outlier_detection:\n  max_ejection_percent: 150\n',
       'fleet.yaml:9:25: outlier_detection.max_ejection_percent must be an integer in 0..100, got 150'],
-    ['unknown key in gateway', BASE + 'gateway:\n  grpc_port: 8001\n',
-      `fleet.yaml:9:3: unknown key 'grpc_port' in gateway (allowed: ${GATEWAY_KEYS})`],
+    ['unknown key in gateway', BASE + 'gateway:\n  grpc_prot: 8001\n',
+      `fleet.yaml:9:3: unknown key 'grpc_prot' in gateway (allowed: ${GATEWAY_KEYS})`],
+    ['gRPC port equal to the HTTP port', BASE + 'gateway:\n  http_port: 8001\n',
+      'fleet.yaml:9:14: gateway.grpc_port must differ from gateway.http_port (both are 8001)'],
+    ['gRPC port equal to the metrics port', BASE + 'gateway:\n  grpc_port: 8002\n',
+      'fleet.yaml:9:14: gateway.grpc_port must differ from gateway.metrics_port (both are 8002)'],
+    ['server gRPC port equal to its port', BASE.replace('port: 8001', 'port: 8001\n    grpc_port: 8001'),
+      'fleet.yaml:5:16: inference_servers[0].grpc_port must differ from its port (both are 8001)'],
+    ['server port 65535 without a gRPC port', BASE.replace('port: 8001', 'port: 65535'),
+      'fleet.yaml:4:11: inference_servers[0] has port 65535, so its gRPC port cannot default to port + 1: set grpc_port'],
     ['gateway port out of range', BASE + 'gateway:\n  http_port: 65536\n',
       'fleet.yaml:9:14: gateway.http_port must be an integer in 0..65535, got 65536'],
     ['zero body limit', BASE + 'gateway:\n  max_body_bytes: 0\n',
