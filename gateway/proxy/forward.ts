@@ -68,6 +68,8 @@ interface AttemptContext {
   readonly version: string | undefined
   readonly hashKey: string | undefined
   exclude: Set<Endpoint> | undefined
+  /** {@link ForwardTarget.preferred}. */
+  readonly preferred: Endpoint | undefined
 }
 
 /** Why no server could be had for an attempt. */
@@ -110,7 +112,7 @@ export class Forwarder {
   async forward (candidates: readonly Endpoint[], target: ForwardTarget, request: ForwardRequest): Promise<ForwardResult> {
     const { model, policy } = target
     const headers = upstreamRequestHeaders(request.headers, request.requestId)
-    const ctx: AttemptContext = { model, version: target.version, hashKey: target.hashKey, exclude: undefined }
+    const ctx: AttemptContext = { model, version: target.version, hashKey: target.hashKey, exclude: undefined, preferred: target.preferred }
     const deadline = this.#timers.now() + policy.timeoutMs
     let last: Endpoint | undefined
     let lastFailure: AttemptFailure | undefined
@@ -205,7 +207,11 @@ export class Forwarder {
     deadline: number,
     request: ForwardRequest
   ): Promise<Endpoint | NoServer> {
-    let endpoint = balancer.pick(candidates, ctx)
+    const preferred = ctx.preferred
+    let endpoint = preferred !== undefined && preferred.state === 'active' && hasRoom(preferred) &&
+      ctx.exclude?.has(preferred) !== true && candidates.includes(preferred)
+      ? preferred
+      : balancer.pick(candidates, ctx)
     // The candidates were the fleet's when the request began; one may have started draining since (a retry after a
     // backoff). It takes nothing new: counted as tried, so the next pick skips it.
     while (endpoint !== undefined && endpoint.state !== 'active' && ctx.exclude?.has(endpoint) !== true) {

@@ -37,6 +37,11 @@ export interface ModelCall {
   /** An inference (a canary may split it), rather than a read of the model (metadata, readiness, config, stats). */
   readonly inference: boolean
   readonly protocol: FrontProtocol
+  /**
+   * A server to send it to while it is a candidate with room (a gRPC stream's pinned worker); see
+   * `ForwardTarget.preferred`.
+   */
+  readonly preferred?: Endpoint | undefined
   /** One of the client's headers (gRPC: metadata) by lower-case name: canary force/sticky headers, the hash key. */
   header (name: string): string | undefined
   /**
@@ -104,7 +109,7 @@ export class ModelPipeline {
       result = { ok: false, endpoint: undefined, error: noHealthyError(fleet, model) }
     } else {
       const hashKey = policy.hashHeader === undefined ? undefined : call.header(policy.hashHeader)
-      result = await this.#forwarder.forward(candidates, { model, version, hashKey, policy }, call.upstream(route?.version))
+      result = await this.#forwarder.forward(candidates, { model, version, hashKey, policy, preferred: call.preferred }, call.upstream(route?.version))
     }
     const code = result.ok ? result.response.statusCode : result.error.statusCode
     const seconds = (this.#now() - started) / 1000

@@ -53,6 +53,11 @@ export interface ForwardTarget {
   /** The affinity key for `consistent_hash` (the configured header's value), if any. */
   readonly hashKey: string | undefined
   readonly policy: RoutePolicy
+  /**
+   * A server to send the request to when it is among the candidates, active and has room: a gRPC stream's pinned
+   * worker. The balancer picks otherwise, and for every retry (the preferred server is then one that failed).
+   */
+  readonly preferred?: Endpoint | undefined
 }
 
 /** What the forwarder tells the rest of the gateway (metrics, outlier detection); every method optional. */

@@ -108,6 +108,27 @@ t.test('refused connections move on to the next server; never the same one twice
   t.equal(calls.length, 3)
 })
 
+t.test("a preferred server (a gRPC stream's pinned worker) takes the request while it can; a retry goes elsewhere", async (t) => {
+  const list = endpoints('a', 'b', 'c')
+  const [a, b, c] = list
+  const calls: string[] = []
+  const pool = fakePool({
+    [a!.origin]: () => ({ status: 200, body: 'from a' }),
+    [b!.origin]: () => ({ error: coded('read ECONNRESET', 'ECONNRESET') }),
+    [c!.origin]: () => ({ status: 200, body: 'from c' })
+  }, calls)
+  const forwarder = forwarderWith(pool)
+  for (let i = 0; i < 3; i++) {
+    const result = await forwarder.forward(list, { ...target(), preferred: c }, REQUEST)
+    t.equal(result.ok && result.endpoint.name, 'c', 'the preferred server, not the round-robin turn')
+  }
+  const reset = await forwarder.forward(list, { ...target(), preferred: b }, REQUEST)
+  t.equal(reset.ok && reset.endpoint.name, 'a', 'the preferred server reset: retried on another, as any request')
+  t.strictSame(calls.slice(-2).map((call) => call.split(' ')[0]), [b!.origin, a!.origin])
+  const elsewhere = await forwarder.forward(list.filter((e) => e !== c), { ...target(), preferred: c }, REQUEST)
+  t.not(elsewhere.ok && elsewhere.endpoint.name, 'c', 'a preferred server that is no longer a candidate is not used')
+})
+
 t.test('a reset moves on once; a second reset ends the request instead of replaying it on the whole fleet', async (t) => {
   const [a, b, c] = endpoints('a', 'b', 'c')
   const calls: string[] = []
