@@ -3,6 +3,11 @@
  * and responses to compact JSON built by hand. Error texts follow Triton's where Triton has one, extended with the
  * input name and counts where Triton's text alone would not say what went wrong.
  *
+ * The binary tensor data extension (§2) lives in binary-codec.ts, built on the pieces exported here: this module walks
+ * the JSON part once and asks a {@link BinarySection} for the bytes of every tensor that sets `binary_data_size`.
+ * The functions here read bodies that are JSON only, so such a tensor can only be empty (`binary_data_size: 0`);
+ * anything more is Triton's "expecting additional bytes" error.
+ *
  * Deliberate differences from Triton:
  * - Malformed JSON and every structural problem answer 400 (Triton answers 500 for anything its JSON helper rejects).
  * - FP16 and BF16 are accepted and produced in JSON as plain numbers (Triton refuses both directions).
@@ -10,7 +15,7 @@
  *   shapes) and INT64/UINT64 values beyond 2^53 arrive rounded to the nearest double (Triton keeps all 64 bits); the
  *   literals for INT64 max and UINT64 max round to 2^63 / 2^64 and are clamped back to the maximum. Output integers,
  *   INT64/UINT64 included, are always printed exactly.
- * - The binary tensor extension and shared memory are not implemented yet; inputs that use them get a clear 400.
+ * - Shared memory is not implemented; inputs that use it get a clear 400.
  */
 import { createError, type FlotillaError } from '../errors.ts'
 import {
@@ -27,6 +32,7 @@ import {
   type DataType,
   type InferRequest,
   type InferResponse,
+  type ParameterValue,
   type Parameters,
   type RequestedOutput,
   type Tensor,
@@ -44,13 +50,18 @@ export const MAX_DATA_NESTING_DEPTH = 100
 
 /** Options for {@link decodeInferRequest}. */
 export interface DecodeInferRequestOptions {
-  /** Largest decoded size of one input tensor in bytes (BYTES elements count 4 + length). Default 64 MiB. */
+  /**
+   * Largest size of one input tensor in bytes (BYTES elements count 4 + length), decoded from JSON or given as
+   * `binary_data_size`. Default 64 MiB.
+   */
   maxInputBytes?: number
+  /** The model the request is for, named in Triton's binary-data messages (`... for model '<m>'`); left out when unset. */
+  modelName?: string
 }
 
 /** Options for {@link decodeInferResponse}. */
 export interface DecodeInferResponseOptions {
-  /** Largest decoded size of one output tensor in bytes. Default: no limit. */
+  /** Largest size of one output tensor in bytes, decoded from JSON or given as `binary_data_size`. Default: no limit. */
   maxOutputBytes?: number
 }
 
@@ -65,7 +76,8 @@ export function requestIdPrefix (id: string | undefined): string {
 // ---------------------------------------------------------------------------------------------------------------
 // Parsing
 
-type JsonObject = Record<string, unknown>
+/** A parsed JSON object. */
+export type JsonObject = Record<string, unknown>
 
 function isJsonObject (v: unknown): v is JsonObject {
   return typeof v === 'object' && v !== null && !Array.isArray(v)
@@ -83,6 +95,10 @@ function invalidRequest (message: string): FlotillaError {
 
 function dataMismatch (message: string): FlotillaError {
   return createError('PROTO_ERR_DATA_MISMATCH', message)
+}
+
+function binaryDataError (message: string): FlotillaError {
+  return createError('PROTO_ERR_BINARY_DATA', message)
 }
 
 function parseBody (body: Buffer | string): unknown {
@@ -335,12 +351,12 @@ function describeValue (v: unknown): string {
 }
 
 /**
- * Checks which data source an input names and that it is one Flotilla supports (http_server.cc
- * ValidateInputContentType, plus our not-yet-supported cases).
+ * Checks which data source a tensor names and that it is one Flotilla supports (http_server.cc
+ * ValidateInputContentType, plus shared memory, which we refuse). True when its bytes are in the binary section.
  */
 function checkInputContentType (
   input: JsonObject, params: Parameters | undefined, name: string, kind: TensorKind
-): void {
+): boolean {
   const hasData = Object.hasOwn(input, 'data')
   const hasBinary = params !== undefined && Object.hasOwn(params, 'binary_data_size')
   const hasShm = params !== undefined && Object.hasOwn(params, 'shared_memory_region')
@@ -358,18 +374,13 @@ function checkInputContentType (
     }
     throw invalidRequest(message)
   }
-  if (hasBinary) {
-    throw invalidRequest(
-      `${kind} '${name}' sets 'binary_data_size' in 'parameters', but the binary tensor data extension is not ` +
-      "supported yet; send the tensor as JSON in the 'data' field"
-    )
-  }
   if (hasShm) {
     throw invalidRequest(
       `${kind} '${name}' sets 'shared_memory_region' in 'parameters', but the shared-memory extension is not ` +
       "supported; send the tensor as JSON in the 'data' field"
     )
   }
+  return hasBinary
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -383,7 +394,7 @@ const utf8Encoder = new TextEncoder()
 const utf8Decoder = new TextDecoder('utf-8')
 
 /** Which side of the exchange a tensor is on, for messages. */
-type TensorKind = 'input' | 'output'
+export type TensorKind = 'input' | 'output'
 
 /** What leaf-conversion errors need to name. */
 interface LeafContext {
@@ -435,17 +446,8 @@ function byteSizeError (name: string, kind: TensorKind, byteSize: number, maxByt
   )
 }
 
-/**
- * Converts a tensor's JSON `data` (flat or nested) to typed storage, checking the leaf count against `shape` and each
- * leaf against the datatype's rules (triton-behaviour.md §1.7). Integer leaves are cast with truncation as Triton's C
- * casts do (300 → 44 for UINT8); the typed-array stores perform exactly that modular reduction.
- */
-function decodeTensorData (
-  name: string, kind: TensorKind, datatype: DataType, shape: readonly number[], data: unknown, maxBytes: number
-): TensorData {
-  if (!Array.isArray(data)) {
-    throw invalidRequest("Unable to parse 'data': attempt to access JSON non-array as array")
-  }
+/** The element count `shape` describes; a 400 when it is beyond what a double counts exactly. */
+function checkedElementCount (name: string, kind: TensorKind, shape: readonly number[]): number {
   const count = elementCount(shape)
   if (count > Number.MAX_SAFE_INTEGER) {
     throw invalidRequest(
@@ -453,6 +455,22 @@ function decodeTensorData (
       `maximum size of ${Number.MAX_SAFE_INTEGER}`
     )
   }
+  return count
+}
+
+/**
+ * Converts a tensor's JSON `data` (flat or nested) to typed storage, checking the leaf count against `shape` and each
+ * leaf against the datatype's rules (triton-behaviour.md §1.7). Integer leaves are cast with truncation as Triton's C
+ * casts do (300 → 44 for UINT8); the typed-array stores perform exactly that modular reduction.
+ * Exported for binary-codec.ts, which turns a JSON output into raw bytes for the gateway.
+ */
+export function decodeTensorData (
+  name: string, kind: TensorKind, datatype: DataType, shape: readonly number[], data: unknown, maxBytes: number
+): TensorData {
+  if (!Array.isArray(data)) {
+    throw invalidRequest("Unable to parse 'data': attempt to access JSON non-array as array")
+  }
+  const count = checkedElementCount(name, kind, shape)
   const elementSize = DATATYPES[datatype].byteSize
   if (elementSize !== 0 && count * elementSize > maxBytes) throw byteSizeError(name, kind, count * elementSize, maxBytes)
   // Triton reads nothing for a zero-element tensor, whatever 'data' holds.
@@ -591,22 +609,179 @@ function fillSigned<T extends Int8Array | Int16Array | Int32Array> (
   return out
 }
 
-/** Decodes one `{name, datatype, shape, parameters?, data}` object (input or output). */
-function decodeTensor (
-  obj: JsonObject, kind: TensorKind, maxBytes: number, seen: Set<string>,
-  duplicateMessage: (name: string) => string
-): Tensor {
+// ---------------------------------------------------------------------------------------------------------------
+// Tensor objects, and the hook for the binary tensor data extension (binary-codec.ts supplies the bytes)
+
+/** A tensor object's members, checked, before its elements are read. */
+export interface TensorHeader {
+  name: string
+  /** As sent, not yet checked against the datatype table. */
+  datatype: string
+  shape: number[]
+  /**
+   * The tensor's parameters less `binary_data_size` (framing, not a property of the tensor); undefined when none are
+   * left.
+   */
+  parameters: Parameters | undefined
+  /** Set when the elements are in the binary section: their size in bytes. */
+  binaryDataSize: number | undefined
+  /** The JSON `data` member, for a tensor that is not binary. */
+  data: unknown
+}
+
+/**
+ * Reads the members of one `{name, datatype, shape, parameters?, data?}` object (input or output), in Triton's order,
+ * including the one-data-source rule and a binary size that must be a non-negative integer. The caller reads the
+ * elements: {@link decodeTensorData} for JSON, a {@link BinarySection} for binary.
+ */
+export function decodeTensorHeader (
+  obj: JsonObject, kind: TensorKind, seen: Set<string>, duplicateMessage: (name: string) => string
+): TensorHeader {
   const name = requireString(obj, 'name')
-  const datatypeName = requireString(obj, 'datatype')
+  const datatype = requireString(obj, 'datatype')
   const shape = decodeShape(obj)
   if (seen.has(name)) throw invalidRequest(duplicateMessage(name))
   seen.add(name)
-  const parameters = Object.hasOwn(obj, 'parameters') ? decodeParameters(obj.parameters, false) : undefined
-  checkInputContentType(obj, parameters, name, kind)
-  if (!isDataType(datatypeName)) throw createError('PROTO_ERR_INVALID_DATATYPE', name)
-  const data = decodeTensorData(name, kind, datatypeName, shape, obj.data, maxBytes)
-  const tensor: Tensor = { name, datatype: datatypeName, shape, data }
-  if (parameters !== undefined) tensor.parameters = parameters
+  let parameters = Object.hasOwn(obj, 'parameters') ? decodeParameters(obj.parameters, false) : undefined
+  let binaryDataSize: number | undefined
+  if (checkInputContentType(obj, parameters, name, kind)) {
+    const params = parameters as Parameters
+    const size = params.binary_data_size
+    if (!isUnsignedInteger(size) || size > Number.MAX_SAFE_INTEGER) {
+      throw binaryDataError(
+        `Unable to parse 'binary_data_size' for ${kind} '${name}': expected a non-negative integer, ` +
+        `got ${describeValue(size)}`
+      )
+    }
+    binaryDataSize = size
+    parameters = undefined
+    for (const key of Object.keys(params)) {
+      if (key === 'binary_data_size') continue
+      parameters ??= {}
+      setOwn(parameters, key, params[key])
+    }
+  }
+  return { name, datatype, shape, parameters, binaryDataSize, data: obj.data }
+}
+
+/** What a {@link BinarySection} is told about the tensor whose bytes it hands out. */
+export interface BinaryTensorRef {
+  readonly name: string
+  readonly kind: TensorKind
+  readonly datatype: DataType
+  readonly shape: readonly number[]
+  /** The element count the shape describes, already checked to be a safe integer. */
+  readonly count: number
+  /** `[request id: …] ` for request inputs (Triton's core puts it on its byte-size message), '' for outputs. */
+  readonly prefix: string
+  /** The model, for Triton's `for model '<m>'`; undefined leaves that part out. */
+  readonly modelName: string | undefined
+}
+
+/**
+ * The bytes after the JSON part of a body (triton-behaviour.md §2.1). Tensors that set `binary_data_size` take their
+ * bytes from it in the order they appear in the JSON; the codec checks that size (a non-negative integer within the
+ * byte limit) before it calls `read`, and calls `end` once after the last tensor so that leftover bytes are refused.
+ */
+export interface BinarySection {
+  /** The elements of `tensor`, from the next `byteSize` bytes. */
+  read (tensor: BinaryTensorRef, byteSize: number): TensorData
+  /** Called after the last tensor. */
+  end (): void
+}
+
+/** ` for model '<m>'`, the way Triton's messages name the model, or nothing when it is not known. */
+export function forModel (modelName: string | undefined): string {
+  return modelName === undefined ? '' : ` for model '${modelName}'`
+}
+
+/**
+ * Triton's text for a binary tensor whose bytes are not all there (http_server.cc: `expecting <k> additional bytes`,
+ * k being what is missing), extended with the declared size and where the bytes should have been.
+ */
+export function missingBinaryBytesError (
+  tensor: Pick<BinaryTensorRef, 'name' | 'kind' | 'modelName'>, byteSize: number, available: number, hasHeader: boolean
+): FlotillaError {
+  const where = hasHeader
+    ? `only ${available} bytes of binary data are left after the JSON and the binary ${tensor.kind}s before it`
+    : `the ${tensor.kind === 'input' ? 'request' : 'response'} has no Inference-Header-Content-Length header, so its ` +
+      'body holds no binary data'
+  return binaryDataError(
+    `unexpected size for ${tensor.kind} '${tensor.name}', expecting ${byteSize - available} additional bytes` +
+    `${forModel(tensor.modelName)} (binary_data_size is ${byteSize}, but ${where})`
+  )
+}
+
+/** Triton's core text for a fixed-size tensor whose byte count does not match its shape, extended with the arithmetic. */
+export function binaryByteSizeError (tensor: BinaryTensorRef, got: number): FlotillaError {
+  const size = DATATYPES[tensor.datatype].byteSize
+  const expected = tensor.count * size
+  return dataMismatch(
+    `${tensor.prefix}${tensor.kind} byte size mismatch for ${tensor.kind} '${tensor.name}'${forModel(tensor.modelName)}. ` +
+    `Expected ${expected}, got ${got} (shape ${shapeString(tensor.shape)} of ${tensor.datatype} is ${tensor.count} ` +
+    `elements of ${size} bytes` + (got % size !== 0 ? `; ${got} is not a multiple of ${size})` : ')')
+  )
+}
+
+/** Triton's text for a BYTES tensor with fewer elements than its shape. */
+export function stringElementCountError (tensor: BinaryTensorRef, got: number): FlotillaError {
+  return dataMismatch(
+    `expected ${tensor.count} string elements for inference ${tensor.kind} '${tensor.name}'${forModel(tensor.modelName)}, ` +
+    `got ${got}`
+  )
+}
+
+/**
+ * The elements of a tensor whose bytes are all there is to read: none (`binary_data_size: 0`). Anything but a
+ * zero-element shape is a mismatch, worded as for any binary tensor.
+ */
+function emptyBinaryTensorData (tensor: BinaryTensorRef): TensorData {
+  if (tensor.count !== 0) {
+    throw tensor.datatype === 'BYTES' ? stringElementCountError(tensor, 0) : binaryByteSizeError(tensor, 0)
+  }
+  return allocateTensorData(tensor.datatype, 0)
+}
+
+/** The binary section of a body that is JSON only: nothing to read, so only empty binary tensors decode. */
+const NO_BINARY_DATA: BinarySection = {
+  read (tensor: BinaryTensorRef, byteSize: number): TensorData {
+    if (byteSize > 0) throw missingBinaryBytesError(tensor, byteSize, 0, false)
+    return emptyBinaryTensorData(tensor)
+  },
+  end (): void {}
+}
+
+/** Per-body state for {@link tensorFromHeader}. */
+interface ElementContext {
+  readonly kind: TensorKind
+  readonly maxBytes: number
+  readonly prefix: string
+  readonly modelName: string | undefined
+  readonly section: BinarySection
+}
+
+/** A tensor from its checked members, its elements read from JSON `data` or from the binary section. */
+function tensorFromHeader (header: TensorHeader, ctx: ElementContext): Tensor {
+  const { name, datatype, shape } = header
+  if (!isDataType(datatype)) throw createError('PROTO_ERR_INVALID_DATATYPE', name)
+  let data: TensorData
+  if (header.binaryDataSize === undefined) {
+    data = decodeTensorData(name, ctx.kind, datatype, shape, header.data, ctx.maxBytes)
+  } else {
+    const count = checkedElementCount(name, ctx.kind, shape)
+    const byteSize = header.binaryDataSize
+    if (byteSize > ctx.maxBytes) {
+      throw invalidRequest(
+        `binary ${ctx.kind} '${name}' has a byte_size (${byteSize} bytes) that exceeds the maximum allowed value of ` +
+        `${ctx.maxBytes} bytes. Use --http-max-input-size to increase the limit.`
+      )
+    }
+    data = ctx.section.read(
+      { name, kind: ctx.kind, datatype, shape, count, prefix: ctx.prefix, modelName: ctx.modelName }, byteSize
+    )
+  }
+  const tensor: Tensor = { name, datatype, shape, data }
+  if (header.parameters !== undefined) tensor.parameters = header.parameters
   return tensor
 }
 
@@ -636,11 +811,12 @@ function requireRootObject (root: unknown, what: string): JsonObject {
 }
 
 /**
- * Decodes a KServe v2 inference request body (the JSON part; model name and version come from the URL).
- * Throws PROTO_ERR_INVALID_JSON, PROTO_ERR_INVALID_REQUEST, PROTO_ERR_INVALID_DATATYPE or PROTO_ERR_DATA_MISMATCH.
+ * Decodes the JSON part of an inference request, reading binary inputs from `section`. Building block for
+ * {@link decodeInferRequest} (JSON only) and binary-codec.ts (JSON + binary).
  */
-export function decodeInferRequest (body: Buffer | string, options: DecodeInferRequestOptions = {}): InferRequest {
-  const maxBytes = options.maxInputBytes ?? DEFAULT_MAX_INPUT_BYTES
+export function decodeInferRequestJson (
+  body: Buffer | string, options: DecodeInferRequestOptions, section: BinarySection
+): InferRequest {
   const root = requireRootObject(parseBody(body), 'request')
 
   // Triton's parse order: id, parameters, inputs, outputs.
@@ -651,11 +827,17 @@ export function decodeInferRequest (body: Buffer | string, options: DecodeInferR
 
   const rawInputs = requireArray(root, 'inputs')
   const inputs = new Array<Tensor>(rawInputs.length)
+  const ctx: ElementContext = {
+    kind: 'input', maxBytes: options.maxInputBytes ?? DEFAULT_MAX_INPUT_BYTES, prefix, modelName: options.modelName, section
+  }
   const seen = new Set<string>()
   const duplicate = (name: string): string => `${prefix}input '${name}' already exists in request`
   for (let i = 0; i < rawInputs.length; i++) {
-    inputs[i] = decodeTensor(requireObjectElement(rawInputs[i], 'inputs'), 'input', maxBytes, seen, duplicate)
+    const header = decodeTensorHeader(requireObjectElement(rawInputs[i], 'inputs'), 'input', seen, duplicate)
+    inputs[i] = tensorFromHeader(header, ctx)
   }
+  // Triton refuses leftover binary bytes after the inputs and before it looks at the outputs.
+  section.end()
 
   const request: InferRequest = { parameters, inputs }
   if (id !== undefined) request.id = id
@@ -664,11 +846,31 @@ export function decodeInferRequest (body: Buffer | string, options: DecodeInferR
 }
 
 /**
- * Decodes a KServe v2 inference response body as {@link encodeInferResponse} (or Triton, for JSON outputs) writes it.
- * Used by the gateway and tests; errors use the same PROTO_* codes as request decoding.
+ * Decodes a KServe v2 inference request body that is JSON only (model name and version come from the URL).
+ * Inputs may set `binary_data_size: 0` (an empty tensor); larger binary inputs need binary-codec.ts.
+ * Throws PROTO_ERR_INVALID_JSON, PROTO_ERR_INVALID_REQUEST, PROTO_ERR_INVALID_DATATYPE, PROTO_ERR_DATA_MISMATCH or
+ * PROTO_ERR_BINARY_DATA.
  */
-export function decodeInferResponse (body: Buffer | string, options: DecodeInferResponseOptions = {}): InferResponse {
-  const maxBytes = options.maxOutputBytes ?? Number.POSITIVE_INFINITY
+export function decodeInferRequest (body: Buffer | string, options: DecodeInferRequestOptions = {}): InferRequest {
+  return decodeInferRequestJson(body, options, NO_BINARY_DATA)
+}
+
+/** An inference response's members around its outputs, whatever form the outputs take. */
+export interface ResponseEnvelope<T> {
+  id?: string
+  model_name: string
+  model_version: string
+  parameters?: Parameters
+  outputs: T[]
+}
+
+/**
+ * Walks the JSON part of an inference response, handing each output's checked members to `decodeOutput` in order.
+ * Building block for {@link decodeInferResponse} and binary-codec.ts (typed or raw outputs).
+ */
+export function decodeResponseEnvelope<T> (
+  body: Buffer | string, decodeOutput: (header: TensorHeader) => T
+): ResponseEnvelope<T> {
   const root = requireRootObject(parseBody(body), 'response')
   let id: string | undefined
   if (Object.hasOwn(root, 'id')) id = requireString(root, 'id')
@@ -676,16 +878,39 @@ export function decodeInferResponse (body: Buffer | string, options: DecodeInfer
   const modelVersion = requireString(root, 'model_version')
   const parameters = Object.hasOwn(root, 'parameters') ? decodeParameters(root.parameters, false) : undefined
   const rawOutputs = requireArray(root, 'outputs')
-  const outputs = new Array<Tensor>(rawOutputs.length)
+  const outputs = new Array<T>(rawOutputs.length)
   const seen = new Set<string>()
   const duplicate = (name: string): string => `output '${name}' appears more than once in the response`
   for (let i = 0; i < rawOutputs.length; i++) {
-    outputs[i] = decodeTensor(requireObjectElement(rawOutputs[i], 'outputs'), 'output', maxBytes, seen, duplicate)
+    outputs[i] = decodeOutput(decodeTensorHeader(requireObjectElement(rawOutputs[i], 'outputs'), 'output', seen, duplicate))
   }
-  const response: InferResponse = { model_name: modelName, model_version: modelVersion, outputs }
+  const response: ResponseEnvelope<T> = { model_name: modelName, model_version: modelVersion, outputs }
   if (id !== undefined) response.id = id
   if (parameters !== undefined) response.parameters = parameters
   return response
+}
+
+/**
+ * Decodes the JSON part of an inference response, reading binary outputs from `section`. Building block for
+ * {@link decodeInferResponse} (JSON only) and binary-codec.ts (JSON + binary).
+ */
+export function decodeInferResponseJson (
+  body: Buffer | string, options: DecodeInferResponseOptions, section: BinarySection
+): InferResponse {
+  const ctx: ElementContext = {
+    kind: 'output', maxBytes: options.maxOutputBytes ?? Number.POSITIVE_INFINITY, prefix: '', modelName: undefined, section
+  }
+  const response: InferResponse = decodeResponseEnvelope(body, (header) => tensorFromHeader(header, ctx))
+  section.end()
+  return response
+}
+
+/**
+ * Decodes a KServe v2 inference response body that is JSON only, as {@link encodeInferResponse} (or Triton, for JSON
+ * outputs) writes it. Used by the gateway and tests; errors use the same PROTO_* codes as request decoding.
+ */
+export function decodeInferResponse (body: Buffer | string, options: DecodeInferResponseOptions = {}): InferResponse {
+  return decodeInferResponseJson(body, options, NO_BINARY_DATA)
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -696,16 +921,30 @@ function numberToken (v: number): string {
   return v === 0 && 1 / v < 0 ? '-0' : String(v)
 }
 
-function encodeParameters (parameters: Parameters): string {
+function parameterToken (v: ParameterValue): string {
+  return typeof v === 'string' ? JSON.stringify(v) : typeof v === 'number' ? numberToken(v) : (v ? 'true' : 'false')
+}
+
+/**
+ * A `parameters` object. `extraKey`, when given, is written last with `extraValue`, in place of any member of that
+ * name: that is how `binary_data_size`, `binary_data` and `binary_data_output` join parameters a tensor already has.
+ */
+export function encodeParameters (
+  parameters: Parameters | undefined, extraKey?: string, extraValue?: ParameterValue
+): string {
   let s = '{'
   let first = true
-  for (const key of Object.keys(parameters)) {
-    const v = parameters[key]
-    if (v === undefined) continue
-    if (!first) s += ','
-    first = false
-    s += JSON.stringify(key) + ':'
-    s += typeof v === 'string' ? JSON.stringify(v) : typeof v === 'number' ? numberToken(v) : (v ? 'true' : 'false')
+  if (parameters !== undefined) {
+    for (const key of Object.keys(parameters)) {
+      const v = parameters[key]
+      if (v === undefined || key === extraKey) continue
+      if (!first) s += ','
+      first = false
+      s += JSON.stringify(key) + ':' + parameterToken(v)
+    }
+  }
+  if (extraKey !== undefined && extraValue !== undefined) {
+    s += (first ? '' : ',') + JSON.stringify(extraKey) + ':' + parameterToken(extraValue)
   }
   return s + '}'
 }
@@ -766,7 +1005,8 @@ function encodeDataArray (datatype: DataType, data: TensorData): string {
   }
 }
 
-function encodeTensor (t: Tensor, kind: TensorKind): string {
+/** Throws FLT_ERR_INTERNAL when a tensor's data length does not match its shape (a backend bug, not a client's). */
+export function checkTensorLength (t: Tensor, kind: TensorKind): void {
   const count = elementCount(t.shape)
   if (t.data.length !== count) {
     throw createError(
@@ -775,17 +1015,34 @@ function encodeTensor (t: Tensor, kind: TensorKind): string {
       `needs ${count} elements, data has ${t.data.length}`
     )
   }
+}
+
+/** One tensor as a JSON object with its elements in `data`. */
+export function encodeTensorJson (t: Tensor, kind: TensorKind): string {
+  checkTensorLength(t, kind)
   let s = '{"name":' + JSON.stringify(t.name) + ',"datatype":"' + t.datatype + '","shape":' + shapeString(t.shape)
   if (t.parameters !== undefined) s += ',"parameters":' + encodeParameters(t.parameters)
   return s + ',"data":' + encodeDataArray(t.datatype, t.data) + '}'
 }
 
 /**
- * Encodes an inference response as compact JSON in Triton's key order: `id` (only when non-empty), `model_name`,
- * `model_version`, `parameters` (only when present), `outputs` with data always flattened.
- * Throws FLT_ERR_INTERNAL when an output's data length does not match its shape.
+ * One binary tensor's JSON object (triton-behaviour.md §2.3): no `data`, and `binary_data_size` added to its
+ * parameters. `datatype` is quoted as JSON, since the gateway's raw tensors carry it unchecked.
  */
-export function encodeInferResponse (response: InferResponse): string {
+export function encodeBinaryTensorJson (
+  name: string, datatype: string, shape: readonly number[], parameters: Parameters | undefined, byteSize: number
+): string {
+  return '{"name":' + JSON.stringify(name) + ',"datatype":' + JSON.stringify(datatype) + ',"shape":' +
+    shapeString(shape) + ',"parameters":' + encodeParameters(parameters, 'binary_data_size', byteSize) + '}'
+}
+
+/**
+ * Encodes a response's members in Triton's key order, compact: `id` (only when non-empty), `model_name`,
+ * `model_version`, `parameters` (only when present), then `outputs`, each written by `encodeOutput`.
+ */
+export function encodeResponseEnvelope<T> (
+  response: Omit<ResponseEnvelope<T>, 'outputs'> & { outputs: readonly T[] }, encodeOutput: (output: T) => string
+): string {
   let s = '{'
   if (response.id !== undefined && response.id !== '') s += '"id":' + JSON.stringify(response.id) + ','
   s += '"model_name":' + JSON.stringify(response.model_name) +
@@ -795,9 +1052,71 @@ export function encodeInferResponse (response: InferResponse): string {
   const outputs = response.outputs
   for (let i = 0; i < outputs.length; i++) {
     if (i > 0) s += ','
-    s += encodeTensor(outputs[i] as Tensor, 'output')
+    s += encodeOutput(outputs[i] as T)
   }
   return s + ']}'
+}
+
+/**
+ * Encodes an inference response as compact JSON in Triton's key order: `id` (only when non-empty), `model_name`,
+ * `model_version`, `parameters` (only when present), `outputs` with data always flattened.
+ * Throws FLT_ERR_INTERNAL when an output's data length does not match its shape.
+ */
+export function encodeInferResponse (response: InferResponse): string {
+  return encodeResponseEnvelope(response, (t) => encodeTensorJson(t, 'output'))
+}
+
+/** A request's members around its inputs, whatever form the inputs take. */
+export interface RequestEnvelope<T> {
+  id?: string
+  parameters: Parameters
+  inputs: readonly T[]
+  outputs?: readonly RequestedOutput[]
+}
+
+/**
+ * Encodes a request's members: `id` (when non-empty), `parameters` (when non-empty), `inputs`, each written by
+ * `encodeInput`, and `outputs` (when set). With `binaryOutputs`, every listed output gets `binary_data: true`, or,
+ * when none are listed, the request gets `binary_data_output: true` (the python client's way, triton-behaviour.md §2.2).
+ */
+export function encodeRequestEnvelope<T> (
+  request: RequestEnvelope<T>, encodeInput: (input: T) => string, binaryOutputs: boolean
+): string {
+  const outputs = request.outputs
+  const listed = outputs !== undefined && outputs.length > 0
+  let s = '{'
+  let sep = ''
+  if (request.id !== undefined && request.id !== '') {
+    s += '"id":' + JSON.stringify(request.id)
+    sep = ','
+  }
+  if (binaryOutputs && !listed) {
+    s += sep + '"parameters":' + encodeParameters(request.parameters, 'binary_data_output', true)
+    sep = ','
+  } else if (Object.keys(request.parameters).length > 0) {
+    s += sep + '"parameters":' + encodeParameters(request.parameters)
+    sep = ','
+  }
+  s += sep + '"inputs":['
+  const inputs = request.inputs
+  for (let i = 0; i < inputs.length; i++) {
+    if (i > 0) s += ','
+    s += encodeInput(inputs[i] as T)
+  }
+  s += ']'
+  if (outputs !== undefined) {
+    s += ',"outputs":['
+    for (let i = 0; i < outputs.length; i++) {
+      const o = outputs[i] as RequestedOutput
+      if (i > 0) s += ','
+      s += '{"name":' + JSON.stringify(o.name)
+      if (binaryOutputs) s += ',"parameters":' + encodeParameters(o.parameters, 'binary_data', true)
+      else if (o.parameters !== undefined) s += ',"parameters":' + encodeParameters(o.parameters)
+      s += '}'
+    }
+    s += ']'
+  }
+  return s + '}'
 }
 
 /**
@@ -806,34 +1125,5 @@ export function encodeInferResponse (response: InferResponse): string {
  * numbers, which Flotilla accepts and Triton does not.
  */
 export function encodeInferRequest (request: InferRequest): string {
-  let s = '{'
-  let sep = ''
-  if (request.id !== undefined && request.id !== '') {
-    s += '"id":' + JSON.stringify(request.id)
-    sep = ','
-  }
-  if (Object.keys(request.parameters).length > 0) {
-    s += sep + '"parameters":' + encodeParameters(request.parameters)
-    sep = ','
-  }
-  s += sep + '"inputs":['
-  const inputs = request.inputs
-  for (let i = 0; i < inputs.length; i++) {
-    if (i > 0) s += ','
-    s += encodeTensor(inputs[i] as Tensor, 'input')
-  }
-  s += ']'
-  if (request.outputs !== undefined) {
-    s += ',"outputs":['
-    const outputs = request.outputs
-    for (let i = 0; i < outputs.length; i++) {
-      const o = outputs[i] as RequestedOutput
-      if (i > 0) s += ','
-      s += '{"name":' + JSON.stringify(o.name)
-      if (o.parameters !== undefined) s += ',"parameters":' + encodeParameters(o.parameters)
-      s += '}'
-    }
-    s += ']'
-  }
-  return s + '}'
+  return encodeRequestEnvelope(request, (t) => encodeTensorJson(t, 'input'), false)
 }

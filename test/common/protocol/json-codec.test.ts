@@ -334,7 +334,7 @@ t.test('datatypes are case-sensitive protocol names', async t => {
   }
 })
 
-t.test('data sources: exactly one, and only JSON for now', async t => {
+t.test('data sources: exactly one; binary needs its bytes, which a JSON-only body does not have', async t => {
   const R = 'PROTO_ERR_INVALID_REQUEST'
   const lead = "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', " +
     "'shared_memory_region' in 'parameters'. But"
@@ -345,12 +345,45 @@ t.test('data sources: exactly one, and only JSON for now', async t => {
   fails(t, () => decodeOne({
     datatype: 'FP32', shape: [1], data: [1], parameters: { binary_data_size: 4, shared_memory_region: 'r' }
   }), R, `${lead} set 'data' 'binary_data_size' 'shared_memory_region'`)
-  fails(t, () => decodeOne({ datatype: 'FP32', shape: [1], parameters: { binary_data_size: 4 } }), R,
-    "input 'INPUT0' sets 'binary_data_size' in 'parameters', but the binary tensor data extension is not supported " +
-    "yet; send the tensor as JSON in the 'data' field")
+  fails(t, () => decodeOne({ datatype: 'FP32', shape: [1], parameters: { binary_data_size: 4 } }), 'PROTO_ERR_BINARY_DATA',
+    "unexpected size for input 'INPUT0', expecting 4 additional bytes (binary_data_size is 4, but the request has no " +
+    'Inference-Header-Content-Length header, so its body holds no binary data)')
+  fails(t, () => decodeInferRequest(oneInput({ datatype: 'FP32', shape: [1], parameters: { binary_data_size: 4 } }),
+    { modelName: 'simple' }), 'PROTO_ERR_BINARY_DATA',
+  "unexpected size for input 'INPUT0', expecting 4 additional bytes for model 'simple' (binary_data_size is 4, but " +
+    'the request has no Inference-Header-Content-Length header, so its body holds no binary data)', 'with the model name')
   fails(t, () => decodeOne({ datatype: 'FP32', shape: [1], parameters: { shared_memory_region: 'r' } }), R,
     "input 'INPUT0' sets 'shared_memory_region' in 'parameters', but the shared-memory extension is not supported; " +
     "send the tensor as JSON in the 'data' field")
+})
+
+t.test('binary_data_size 0 in a JSON-only body: an empty tensor, as in Triton', async t => {
+  const empty = decodeOne({ datatype: 'FP32', shape: [2, 0], parameters: { binary_data_size: 0, note: 'x' } })
+  t.same(empty, { name: 'INPUT0', datatype: 'FP32', shape: [2, 0], data: new Float32Array(0), parameters: { note: 'x' } },
+    'binary_data_size is framing: it is taken out of the parameters')
+  t.ok(empty.data instanceof Float32Array)
+  const bytes = decodeOne({ datatype: 'BYTES', shape: [0], parameters: { binary_data_size: 0 } })
+  t.same(bytes.data, [])
+  t.notOk('parameters' in bytes, 'no parameters left, none kept')
+  fails(t, () => decodeOne({ datatype: 'FP32', shape: [2], parameters: { binary_data_size: 0 } }), 'PROTO_ERR_DATA_MISMATCH',
+    "[request id: <id_unknown>] input byte size mismatch for input 'INPUT0'. Expected 8, got 0 " +
+    '(shape [2] of FP32 is 2 elements of 4 bytes)')
+  fails(t, () => decodeInferRequest(oneInput({ datatype: 'BYTES', shape: [3], parameters: { binary_data_size: 0 } },
+    { id: 'r9' }), { modelName: 'm' }), 'PROTO_ERR_DATA_MISMATCH',
+  "expected 3 string elements for inference input 'INPUT0' for model 'm', got 0")
+  for (const bad of [-1, 1.5, '4', true]) {
+    fails(t, () => decodeOne({ datatype: 'FP32', shape: [1], parameters: { binary_data_size: bad } }), 'PROTO_ERR_BINARY_DATA',
+      `Unable to parse 'binary_data_size' for input 'INPUT0': expected a non-negative integer, got ${
+        typeof bad === 'string' ? `string "${bad}"` : String(bad)}`, `binary_data_size ${JSON.stringify(bad)}`)
+  }
+  fails(t, () => decodeOne({ datatype: 'FP32', shape: [1], parameters: { binary_data_size: 2 ** 53 } }), 'PROTO_ERR_BINARY_DATA',
+    "Unable to parse 'binary_data_size' for input 'INPUT0': expected a non-negative integer, got 9007199254740992")
+  fails(t, () => decodeOne({ datatype: 'fp32', shape: [1], parameters: { binary_data_size: 0 } }), 'PROTO_ERR_INVALID_DATATYPE',
+    'invalid datatype for input INPUT0')
+  fails(t, () => decodeOne({ datatype: 'FP32', shape: [4096, 4096, 2], parameters: { binary_data_size: 134217728 } }),
+    'PROTO_ERR_INVALID_REQUEST',
+    "binary input 'INPUT0' has a byte_size (134217728 bytes) that exceeds the maximum allowed value of 67108864 bytes. " +
+    'Use --http-max-input-size to increase the limit.', 'the byte limit applies to binary inputs')
 })
 
 t.test('duplicate inputs and outputs', async t => {
@@ -586,9 +619,12 @@ t.test('encodeInferResponse → decodeInferResponse round trip', async t => {
     "Unable to parse 'model_version': attempt to access non-existing object member 'model_version'")
   fails(t, () => decodeInferResponse(
     '{"model_name":"m","model_version":"1","outputs":[{"name":"O","datatype":"FP32","shape":[1],"parameters":{"binary_data_size":4}}]}'
-  ), 'PROTO_ERR_INVALID_REQUEST',
-  "output 'O' sets 'binary_data_size' in 'parameters', but the binary tensor data extension is not supported yet; " +
-  "send the tensor as JSON in the 'data' field")
+  ), 'PROTO_ERR_BINARY_DATA',
+  "unexpected size for output 'O', expecting 4 additional bytes (binary_data_size is 4, but the response has no " +
+  'Inference-Header-Content-Length header, so its body holds no binary data)')
+  t.same(decodeInferResponse(
+    '{"model_name":"m","model_version":"1","outputs":[{"name":"O","datatype":"INT8","shape":[0],"parameters":{"binary_data_size":0}}]}'
+  ).outputs, [{ name: 'O', datatype: 'INT8', shape: [0], data: new Int8Array(0) }], 'a 0-byte binary output in a pure JSON answer')
 })
 
 t.test('requestIdPrefix', async t => {
