@@ -42,12 +42,26 @@ export const errorCodes = {
     http: 400, grpc: 'INVALID_ARGUMENT', message: 'the request body is not valid %s data (Content-Encoding: %s): %s'
   },
   FLT_ERR_INTERNAL: { http: 500, grpc: 'INTERNAL', message: 'internal error: %s' },
+  FLT_ERR_MESSAGE_TOO_LARGE: {
+    http: 413, grpc: 'RESOURCE_EXHAUSTED',
+    message: 'gRPC message of %s bytes exceeds the limit of %s bytes; send a smaller request or raise %s'
+  },
+  // Features Triton has and Flotilla does not: answered with Triton's own words for them compiled out or disabled.
+  FLT_ERR_SHARED_MEMORY_DISABLED: {
+    http: 501, grpc: 'UNIMPLEMENTED',
+    message: 'Client shared memory is disabled: Flotilla takes tensors in the request itself (binary HTTP, or gRPC ' +
+      'raw_input_contents), not through shared-memory regions'
+  },
+  FLT_ERR_TRACE_UNSUPPORTED: { http: 503, grpc: 'UNAVAILABLE', message: 'the server does not support trace' },
+  FLT_ERR_LOGGING_UNSUPPORTED: { http: 503, grpc: 'UNAVAILABLE', message: 'the server does not support dynamic logging' },
 
   // KServe v2 codec: the request body itself is malformed
   PROTO_ERR_INVALID_JSON: { http: 400, grpc: 'INVALID_ARGUMENT', message: 'failed to parse the request JSON body: %s' },
   PROTO_ERR_INVALID_REQUEST: { http: 400, grpc: 'INVALID_ARGUMENT', message: '%s' },
   PROTO_ERR_INVALID_DATATYPE: { http: 400, grpc: 'INVALID_ARGUMENT', message: 'invalid datatype for input %s' },
   PROTO_ERR_DATA_MISMATCH: { http: 400, grpc: 'INVALID_ARGUMENT', message: '%s' },
+  // A request that asks for something Triton does not support either (a repository name): Triton's UNSUPPORTED.
+  PROTO_ERR_UNSUPPORTED: { http: 501, grpc: 'UNIMPLEMENTED', message: '%s' },
   // The binary tensor data extension's framing: Inference-Header-Content-Length, binary_data_size, the bytes after the JSON.
   PROTO_ERR_BINARY_DATA: { http: 400, grpc: 'INVALID_ARGUMENT', message: '%s' },
 
@@ -64,6 +78,10 @@ export const errorCodes = {
     http: 404, grpc: 'NOT_FOUND', message: "Request for unknown model: '%s' has no available versions"
   },
   WRK_ERR_SERVER_NOT_READY: { http: 503, grpc: 'UNAVAILABLE', message: 'Server not ready' },
+  // Triton's answer to load/unload in its default (polling) control mode; the message says "polling" in every mode.
+  WRK_ERR_MODEL_CONTROL_DISABLED: {
+    http: 503, grpc: 'UNAVAILABLE', message: 'explicit model load / unload is not allowed if polling is enabled'
+  },
   // Triton's scheduler texts (dynamic_batch_scheduler.cc), so clients that match on them keep working.
   // The statistics extension words its misses differently from the other model routes, and answers 400.
   WRK_ERR_STATS_MODEL_NOT_AVAILABLE: { http: 400, grpc: 'INVALID_ARGUMENT', message: "requested model '%s' is not available" },
@@ -113,6 +131,9 @@ export const errorCodes = {
   },
   GW_ERR_INDEX_UNAVAILABLE: {
     http: 502, grpc: 'UNAVAILABLE', message: 'no server in the fleet could be reached for the repository index (tried: %s)%s'
+  },
+  GW_ERR_NOT_ROUTED: {
+    http: 501, grpc: 'UNIMPLEMENTED', message: '%s is not routed through the gateway; call the worker that should do it'
   },
   GW_ERR_STATS_UNAVAILABLE: {
     http: 502, grpc: 'UNAVAILABLE', message: 'no server serving the model could be reached for its statistics (tried: %s)%s'

@@ -1,0 +1,197 @@
+/**
+ * grpc-js plumbing both tiers share, so the gateway and a worker answer gRPC the same way, the way Triton does:
+ * errors as the coded-error registry maps them, a message limit whose refusal says what to raise, the RPCs of
+ * features Flotilla does not have answered as Triton answers with them compiled out (never left unimplemented to
+ * hang a client), `grpc.health.v1.Health` for Kubernetes probes, and server reflection.
+ */
+import { createRequire } from 'node:module'
+import * as grpc from '@grpc/grpc-js'
+import { createError } from './errors.ts'
+import { type Logger } from './logger.ts'
+import { grpcErrorFrom } from './protocol/grpc/grpc-codec.ts'
+import {
+  addReflection, healthServiceDefinition, INFERENCE_SERVICE_NAME, type HealthServiceHandlers, type InferenceServiceHandlers
+} from './protocol/grpc/grpc-service.ts'
+
+/** What a gRPC front needs to build its server. */
+export interface GrpcServerOptions {
+  /** Largest request message accepted, in bytes; larger ones get RESOURCE_EXHAUSTED before they are buffered. */
+  readonly maxMessageBytes: number
+  /** Named in the RESOURCE_EXHAUSTED message: the flag or key that raises the limit. */
+  readonly maxMessageSetting: string
+  /** Readiness, for `grpc.health.v1.Health`: SERVING when true. */
+  readonly ready: () => boolean
+  readonly logger: Logger
+}
+
+/**
+ * A server with the inference service's handlers, health and reflection added, not yet bound.
+ *
+ * @param handlers every RPC of `inference.GRPCInferenceService` but the feature-off ones, which are added here
+ */
+export function createGrpcServer (
+  options: GrpcServerOptions,
+  definition: grpc.ServiceDefinition,
+  handlers: Omit<InferenceServiceHandlers, keyof typeof FEATURE_OFF_HANDLERS>
+): grpc.Server {
+  rewordSizeRefusals()
+  const server = new grpc.Server({
+    'grpc.max_receive_message_length': options.maxMessageBytes,
+    // Answers are as large as the model makes them; refusing one would fail a request the client cannot fix.
+    'grpc.max_send_message_length': -1
+  })
+  sizeSettings.set(options.maxMessageBytes, options.maxMessageSetting)
+  server.addService(definition, { ...handlers, ...FEATURE_OFF_HANDLERS } as unknown as grpc.UntypedServiceImplementation)
+  server.addService(healthServiceDefinition(), healthHandlers(options.ready) as unknown as grpc.UntypedServiceImplementation)
+  addReflection(server)
+  return server
+}
+
+/** Binds `server` and resolves with the bound port (port 0 binds an ephemeral one). Plaintext, as Triton's default. */
+export function listenGrpc (server: grpc.Server, host: string, port: number): Promise<number> {
+  const address = `${host.includes(':') ? `[${host}]` : host}:${port}`
+  return new Promise((resolve, reject) => {
+    server.bindAsync(address, grpc.ServerCredentials.createInsecure(), (err, bound) => {
+      if (err !== null) reject(err)
+      else resolve(bound)
+    })
+  })
+}
+
+/**
+ * Stops `server`: no new calls, those in progress (streams included) may finish for `graceMs`, then whatever is
+ * left is cancelled. Resolves once the server has stopped.
+ */
+export function closeGrpc (server: grpc.Server, graceMs: number): Promise<void> {
+  return new Promise((resolve) => {
+    const cut = setTimeout(() => { server.forceShutdown() }, graceMs)
+    server.tryShutdown(() => {
+      clearTimeout(cut)
+      resolve()
+    })
+  })
+}
+
+/**
+ * The status to end a call with for `err`: a coded error's own gRPC status and message; anything else is an
+ * INTERNAL error (logged by the caller), its message kept.
+ */
+export function grpcStatusOf (err: unknown): grpc.StatusObject {
+  return { ...grpcErrorFrom(err), metadata: new grpc.Metadata() }
+}
+
+const VERSION_DIGITS = /^[0-9]+$/
+
+/**
+ * A gRPC request's `model_version` as the version to resolve: `''` (or absent) is the model's latest (undefined);
+ * anything but decimal digits is refused with Triton's words (server common.cc GetModelVersionFromString).
+ */
+export function modelVersionOf (version: string | undefined): string | undefined {
+  if (version === undefined || version === '') return undefined
+  if (!VERSION_DIGITS.test(version)) {
+    throw createError('PROTO_ERR_INVALID_REQUEST', `failed to get model version from specified version string '${version}' ` +
+      '(details: not a decimal integer), version should be an integral value > 0')
+  }
+  return version
+}
+
+/** A grpc-js ServiceError for `err`, to hand a unary callback. */
+export function grpcError (err: unknown): grpc.ServiceError {
+  const status = grpcStatusOf(err)
+  return Object.assign(new Error(status.details), status) as grpc.ServiceError
+}
+
+/**
+ * Shared memory, tracing and dynamic logging: Flotilla has none of them. Status calls list no regions; the rest
+ * answer exactly as Triton does when the feature is compiled out or client shared memory is disabled
+ * (grpc_server.cc), so a client gets an answer it knows, never a hang.
+ */
+export const FEATURE_OFF_HANDLERS = Object.freeze({
+  SystemSharedMemoryStatus: ((_call, callback) => { callback(null, { regions: {} }) }) satisfies InferenceServiceHandlers['SystemSharedMemoryStatus'],
+  SystemSharedMemoryRegister: ((_call, callback) => { callback(grpcError(createError('FLT_ERR_SHARED_MEMORY_DISABLED'))) }) satisfies InferenceServiceHandlers['SystemSharedMemoryRegister'],
+  SystemSharedMemoryUnregister: ((_call, callback) => { callback(grpcError(createError('FLT_ERR_SHARED_MEMORY_DISABLED'))) }) satisfies InferenceServiceHandlers['SystemSharedMemoryUnregister'],
+  CudaSharedMemoryStatus: ((_call, callback) => { callback(null, { regions: {} }) }) satisfies InferenceServiceHandlers['CudaSharedMemoryStatus'],
+  CudaSharedMemoryRegister: ((_call, callback) => { callback(grpcError(createError('FLT_ERR_SHARED_MEMORY_DISABLED'))) }) satisfies InferenceServiceHandlers['CudaSharedMemoryRegister'],
+  CudaSharedMemoryUnregister: ((_call, callback) => { callback(grpcError(createError('FLT_ERR_SHARED_MEMORY_DISABLED'))) }) satisfies InferenceServiceHandlers['CudaSharedMemoryUnregister'],
+  TraceSetting: ((_call, callback) => { callback(grpcError(createError('FLT_ERR_TRACE_UNSUPPORTED'))) }) satisfies InferenceServiceHandlers['TraceSetting'],
+  LogSettings: ((_call, callback) => { callback(grpcError(createError('FLT_ERR_LOGGING_UNSUPPORTED'))) }) satisfies InferenceServiceHandlers['LogSettings']
+})
+
+/** How often `Health/Watch` looks at readiness again; it sends only changes. */
+const HEALTH_WATCH_INTERVAL_MS = 1000
+
+/** The services `Health/Check` answers for: the server as a whole (''), and the inference service by name. */
+const HEALTH_SERVICES = new Set(['', INFERENCE_SERVICE_NAME])
+
+/**
+ * `grpc.health.v1.Health`: SERVING while ready, NOT_SERVING otherwise (Triton: SERVING iff the server is ready);
+ * an unknown service name is NOT_FOUND, as the health protocol asks.
+ */
+function healthHandlers (ready: () => boolean): HealthServiceHandlers {
+  const status = (): 'SERVING' | 'NOT_SERVING' => ready() ? 'SERVING' : 'NOT_SERVING'
+  return {
+    Check (call, callback) {
+      if (!HEALTH_SERVICES.has(call.request.service ?? '')) {
+        callback(Object.assign(new Error(`unknown service '${call.request.service ?? ''}'`), { code: grpc.status.NOT_FOUND }) as grpc.ServiceError)
+        return
+      }
+      callback(null, { status: status() })
+    },
+    Watch (call) {
+      // An unknown service is SERVICE_UNKNOWN on a watch, which stays open in case the service appears.
+      const known = HEALTH_SERVICES.has(call.request.service ?? '')
+      let last = ''
+      const send = (): void => {
+        const now = known ? status() : 'SERVICE_UNKNOWN'
+        if (now !== last) {
+          last = now
+          call.write({ status: now })
+        }
+      }
+      send()
+      const timer = setInterval(send, HEALTH_WATCH_INTERVAL_MS)
+      timer.unref()
+      call.on('cancelled', () => { clearInterval(timer) })
+      call.on('close', () => { clearInterval(timer) })
+    }
+  }
+}
+
+/** A status as grpc-js's base call sends it. */
+interface SentStatus { code: grpc.status, details?: string, metadata?: grpc.Metadata | null }
+
+/** Each server's message limit → the setting that raises it (a process may run a gateway and workers in tests). */
+const sizeSettings = new Map<number, string>()
+let reworded = false
+
+/**
+ * grpc-js refuses an oversized message from its length prefix, before buffering it (good), but with its own text
+ * ("Received message larger than max (N vs M)"), which does not say what to change, and from below the server
+ * interceptors, so no interceptor sees that status. Its base call's `sendStatus` is wrapped once per process to
+ * put our message there: the size, the limit, and the setting that raises it. If a grpc-js release moves the
+ * class, the wrap is skipped and grpc-js's own text goes out (test/worker/server/protocols.test.ts notices).
+ */
+function rewordSizeRefusals (): void {
+  if (reworded) return
+  reworded = true
+  const require = createRequire(import.meta.url)
+  let base: { prototype: { sendStatus (status: SentStatus): void } } | undefined
+  try {
+    base = (require('@grpc/grpc-js/build/src/server-interceptors.js') as { BaseServerInterceptingCall?: typeof base }).BaseServerInterceptingCall
+  } catch {
+    base = undefined
+  }
+  const original = base?.prototype.sendStatus
+  if (base === undefined || typeof original !== 'function') return
+  const pattern = /^Received message (?:that decompresses to a size )?larger than (?:max \((\d+) vs (\d+)\)|(\d+))$/
+  base.prototype.sendStatus = function (this: unknown, status: SentStatus): void {
+    const match = status.code === grpc.status.RESOURCE_EXHAUSTED ? pattern.exec(status.details ?? '') : null
+    if (match !== null) {
+      const limit = Number(match[2] ?? match[3])
+      const size = match[1] ?? `more than ${limit}`
+      const setting = sizeSettings.get(limit) ?? "the server's gRPC message limit"
+      status = { ...status, details: createError('FLT_ERR_MESSAGE_TOO_LARGE', size, limit, setting).message }
+    }
+    original.call(this, status)
+  }
+}
