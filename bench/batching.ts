@@ -104,7 +104,7 @@ function writeRepository (dir: string): void {
 
 /** Starts `flotilla worker` on a free port and resolves with it once it listens. */
 function startWorker (cli: string, repository: string): Promise<number> {
-  const child = track(fork(cli, ['worker', '--model-repository', repository, '--http-port', '0', '--metrics-port', '-1',
+  const child = track(fork(cli, ['worker', '--model-repository', repository, '--http-port', '0', '--grpc-port', '-1', '--metrics-port', '-1',
     '--log-level', 'warn'], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }))
   return new Promise((resolvePort, reject) => {
     const timer = setTimeout(() => reject(new Error('the worker did not start within 30 s')), 30_000)

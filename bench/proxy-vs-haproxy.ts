@@ -301,7 +301,9 @@ async function main (): Promise<void> {
       const log = openSync(join(dir, `${name}.log`), 'w')
       // Builds with an admin API would all want 127.0.0.1:9000; the benchmark needs none of them.
       const noAdmin = existsSync(join(dirname(entry), '..', 'gateway', 'admin')) ? ['--admin-port', '-1'] : []
-      const child = track(spawn(process.execPath, [...params.gatewayNodeArgs, entry, 'gateway', '--config', fleet, ...noAdmin],
+      // Likewise the gRPC listener (8001), in builds that have one.
+      const noGrpc = existsSync(join(dirname(entry), '..', 'gateway', 'server', 'grpc.js')) ? ['--grpc-port', '-1'] : []
+      const child = track(spawn(process.execPath, [...params.gatewayNodeArgs, entry, 'gateway', '--config', fleet, ...noAdmin, ...noGrpc],
         { stdio: ['ignore', log, log], cwd: dir }))
       closeSync(log)
       await waitForPort(port, child, name)

@@ -362,7 +362,7 @@ async function main (): Promise<void> {
         w.port = await freePort()
         const log = openSync(join(dir, `${w.name}-${workerStarts}.log`), 'w')
         const child = track(spawn(process.execPath, [cli, 'worker', '--model-repository', w.repository, '--host', HOST,
-          '--http-port', String(w.port), '--metrics-port', '-1', '--admin-port', '-1', '--log-level', 'warn'], { stdio: ['ignore', log, log], cwd: dir }))
+          '--http-port', String(w.port), '--grpc-port', '-1', '--metrics-port', '-1', '--log-level', 'warn'], { stdio: ['ignore', log, log], cwd: dir }))
         w.child = child
         closeSync(log)
         await waitForPort(w.port, child, `worker ${w.name}`)
@@ -402,7 +402,7 @@ async function main (): Promise<void> {
         writeFileSync(fleet, fleetFile(target, workers, params.weights))
         const log = openSync(join(dir, `${tag}.log`), 'w')
         child = track(spawn(process.execPath, [cli, 'gateway', '--config', fleet, '--http-port', String(port),
-          '--metrics-port', '-1', '--admin-port', '-1', '--log-level', 'warn'], { stdio: ['ignore', log, log], cwd: dir }))
+          '--grpc-port', '-1', '--metrics-port', '-1', '--admin-port', '-1', '--log-level', 'warn'], { stdio: ['ignore', log, log], cwd: dir }))
         closeSync(log)
       }
       await waitForPort(port, child, target)

@@ -1,11 +1,12 @@
 /**
- * Starts a gateway from a validated fleet config: the HTTP front, the metrics listener, one connection pool per
- * server. No process-level side effects (signals, exit, global metrics): the CLI owns those, and tests start as
- * many gateways in one process as they like.
+ * Starts a gateway from a validated fleet config: the HTTP and gRPC fronts, the metrics listener, one connection
+ * pool per server. No process-level side effects (signals, exit, global metrics): the CLI owns those, and tests
+ * start as many gateways in one process as they like.
  */
 import { type Server } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import { Agent } from 'undici'
+import { closeGrpc, listenGrpc } from '../common/grpc-server.ts'
 import { closeServer, listen, listenServer, originOf } from '../common/http-server.ts'
 import { createLogger, type Logger } from '../common/logger.ts'
 import { WORKER_DRAINING_HEADER } from '../common/protocol/headers.ts'
@@ -25,6 +26,7 @@ import { adminToken, buildAdminServer } from './admin/admin-server.ts'
 import { Canaries } from './canary/canaries.ts'
 import { FleetController } from './fleet/fleet-controller.ts'
 import { FleetWatcher } from './fleet/fleet-watcher.ts'
+import { buildGatewayGrpc } from './server/grpc.ts'
 import { buildGatewayHttp } from './server/http.ts'
 import { GatewayMetrics } from './server/metrics.ts'
 
@@ -35,6 +37,8 @@ export interface GatewayOptions {
   host?: string
   /** Overrides `gateway.http_port`; 0 binds an ephemeral port (see {@link RunningGateway.httpPort}). */
   httpPort?: number
+  /** Overrides `gateway.grpc_port`; 0 binds an ephemeral port, a negative value disables the gRPC listener. */
+  grpcPort?: number
   /** Overrides `gateway.metrics_port`; 0 binds an ephemeral port, a negative value disables the listener. */
   metricsPort?: number
   logger?: Logger
@@ -64,6 +68,8 @@ export type ReloadResult =
 export interface RunningGateway {
   /** The bound HTTP port. */
   readonly httpPort: number
+  /** The bound gRPC port, or -1 when the gRPC listener is disabled. */
+  readonly grpcPort: number
   /** The bound metrics port, or -1 when the metrics listener is disabled. */
   readonly metricsPort: number
   /** The bound admin port, or -1 when the admin listener is disabled. */
@@ -202,6 +208,18 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
     now: deps.now
   })
 
+  const wantedGrpcPort = options.grpcPort ?? settings.grpc_port
+  const grpcServer = wantedGrpcPort >= 0
+    ? buildGatewayGrpc({
+      fleet,
+      pipeline,
+      forwarder,
+      logger,
+      maxMessageBytes: settings.max_body_bytes,
+      fanOutTimeoutMs: settings.request_timeout_ms
+    })
+    : undefined
+
   const admin = buildAdminServer({
     fleet,
     controller,
@@ -234,7 +252,7 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
       pool.destroy().catch(() => {})
     }, shutdownMs)
     try {
-      await app.close()
+      await Promise.all([app.close(), grpcServer === undefined ? undefined : closeGrpc(grpcServer, shutdownMs)])
       await pool.close()
     } finally {
       clearTimeout(cut)
@@ -242,10 +260,12 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
     await closeServer(metricsServer)
   }
   let httpPort: number
+  let grpcPort = -1
   let metricsPort = -1
   let adminPort = -1
   try {
     httpPort = await listen(app, host, options.httpPort ?? settings.http_port)
+    if (grpcServer !== undefined) grpcPort = await listenGrpc(grpcServer, host, wantedGrpcPort)
     const wantedMetricsPort = options.metricsPort ?? settings.metrics_port
     if (wantedMetricsPort >= 0) {
       metricsServer = metrics.createServer()
@@ -263,6 +283,7 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
   const url = originOf(host, httpPort)
   logger.info({
     url,
+    grpcPort,
     metricsPort,
     adminPort,
     balancer: config.load_balancer.type,
@@ -315,6 +336,7 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
   let closing: Promise<void> | undefined
   return {
     httpPort,
+    grpcPort,
     metricsPort,
     adminPort,
     url,

@@ -1,9 +1,10 @@
 /**
- * Starts a worker: load the model repository, then serve KServe v2 HTTP and Prometheus metrics.
+ * Starts a worker: load the model repository, then serve KServe v2 HTTP and gRPC, and Prometheus metrics.
  * No process-level side effects here (signals, exit): the CLI owns those.
  */
 import { type Server } from 'node:http'
 import { resolve } from 'node:path'
+import { closeGrpc, listenGrpc } from '../common/grpc-server.ts'
 import { closeServer, listen, listenServer, originOf } from '../common/http-server.ts'
 import { createLogger, type Logger } from '../common/logger.ts'
 import { loadNative, nativeLoadError } from '../native/index.ts'
@@ -12,23 +13,34 @@ import { type GpuDevice } from './instances/instance-groups.ts'
 import { ModelRepository } from './repository/model-repository.ts'
 import { DrainTracker } from './server/drain.ts'
 import { WorkerMetrics, type PendingCount } from './server/metrics.ts'
+import { buildWorkerGrpc, DEFAULT_GRPC_MAX_MESSAGE_BYTES } from './server/grpc.ts'
 import { buildWorkerHttp } from './server/http.ts'
 import { ModelStatistics } from './inference/statistics.ts'
 
 export const DEFAULT_WORKER_HTTP_PORT = 8000
+export const DEFAULT_WORKER_GRPC_PORT = 8001
 export const DEFAULT_WORKER_METRICS_PORT = 8002
 export const DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 export const DEFAULT_SHUTDOWN_QUIET_MS = 300
 export const DEFAULT_DRAIN_TIMEOUT_MS = 30_000
+/**
+ * After the drain, gRPC calls still open get this long to end before they are cancelled: by then none is working
+ * on a request (the drain counts those), so what is left is streams a client keeps open with nothing in them.
+ */
+const GRPC_CLOSE_GRACE_MS = 200
 
 export interface WorkerOptions {
   modelRepository: string
   host?: string
   /** 0 binds an ephemeral port; the bound one is in {@link RunningWorker.httpPort}. */
   httpPort?: number
+  /** 0 binds an ephemeral port; -1 disables the gRPC listener. Default 8001, Triton's. */
+  grpcPort?: number
   /** 0 binds an ephemeral port; -1 disables the metrics listener. */
   metricsPort?: number
   maxBodyBytes?: number
+  /** Largest gRPC request message, in bytes (default 64 MiB). */
+  grpcMaxMessageBytes?: number
   /**
    * On {@link RunningWorker.close}, the draining phase ends once no request has been in progress and none has
    * arrived for this many milliseconds (default 300): long enough for a gateway that is about to send one more
@@ -46,6 +58,8 @@ export interface WorkerOptions {
 
 export interface RunningWorker {
   readonly httpPort: number
+  /** The bound gRPC port, or -1 when the gRPC listener is off. */
+  readonly grpcPort: number
   readonly metricsPort: number
   readonly url: string
   readonly repository: ModelRepository
@@ -87,6 +101,10 @@ export async function startWorker (options: WorkerOptions): Promise<RunningWorke
   const drain = new DrainTracker()
   const service = new InferenceService({ repository, statistics, draining: () => drain.draining })
   const app = buildWorkerHttp({ service, repository, logger, bodyLimit: maxBodyBytes, drain })
+  const wantedGrpcPort = options.grpcPort ?? DEFAULT_WORKER_GRPC_PORT
+  const grpcServer = wantedGrpcPort >= 0
+    ? buildWorkerGrpc({ service, logger, drain, maxMessageBytes: options.grpcMaxMessageBytes ?? DEFAULT_GRPC_MAX_MESSAGE_BYTES })
+    : undefined
   let metricsServer: Server | undefined
   /**
    * fastify's close waits for in-flight requests (return503OnClosing refuses new ones meanwhile); only then are
@@ -94,14 +112,16 @@ export async function startWorker (options: WorkerOptions): Promise<RunningWorke
    * steps serve a failed start and close().
    */
   const teardown = async (): Promise<void> => {
-    await app.close()
+    await Promise.all([app.close(), grpcServer === undefined ? undefined : closeGrpc(grpcServer, GRPC_CLOSE_GRACE_MS)])
     await repository.unloadAll()
     await closeServer(metricsServer)
   }
   let httpPort: number
+  let grpcPort = -1
   let metricsPort = -1
   try {
     httpPort = await listen(app, host, options.httpPort ?? DEFAULT_WORKER_HTTP_PORT)
+    if (grpcServer !== undefined) grpcPort = await listenGrpc(grpcServer, host, wantedGrpcPort)
     const wantedMetricsPort = options.metricsPort ?? DEFAULT_WORKER_METRICS_PORT
     if (wantedMetricsPort >= 0) {
       metricsServer = metrics.createServer()
@@ -113,11 +133,12 @@ export async function startWorker (options: WorkerOptions): Promise<RunningWorke
     throw err
   }
   const url = originOf(host, httpPort)
-  logger.info({ url, metricsPort, models: repository.index() }, 'worker listening')
+  logger.info({ url, grpcPort, metricsPort, models: repository.index() }, 'worker listening')
 
   let closing: Promise<void> | undefined
   return {
     httpPort,
+    grpcPort,
     metricsPort,
     url,
     repository,

@@ -9,26 +9,18 @@ import { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fa
 import { errorBody } from '../../common/errors.ts'
 import { createKServeServer, route } from '../../common/http-server.ts'
 import { type Logger } from '../../common/logger.ts'
-import { FLOTILLA_VERSION } from '../../common/package-root.ts'
 import { type Fleet } from '../fleet/fleet.ts'
 import { type Endpoint } from '../fleet/types.ts'
 import { type EndpointHealthView } from '../health/fleet-health.ts'
-import { type AbortSignalLike } from '../proxy/admission.ts'
 import { type Forwarder } from '../proxy/forward.ts'
 import { ENDPOINT_HEADER, REQUEST_ID_HEADER, upstreamRequestHeaders } from '../proxy/headers.ts'
 import { type ModelPolicies } from '../proxy/model-policy.ts'
 import { type ModelCall, type ModelPipeline } from '../proxy/pipeline.ts'
 import { type ForwardRequest, type ForwardResult, type UpstreamResponse } from '../proxy/types.ts'
+import { ClientGone } from './client-gone.ts'
 import { fleetView } from './fleet-view.ts'
+import { gatewayMetadata } from './gateway-metadata.ts'
 import { mergeIndexes, mergeStatistics, type FanOutAnswer } from './merge.ts'
-
-/**
- * What `GET /v2` reports: what works end to end through the gateway, which is no more than the workers support, in
- * Triton's order. `model_repository` is left out until load/unload are routed (only the index is).
- */
-export const GATEWAY_EXTENSIONS: readonly string[] = Object.freeze([
-  'schedule_policy', 'model_configuration', 'binary_tensor_data', 'parameters', 'statistics'
-])
 
 /** Named in the 413 and 431 messages: where to raise the limits. */
 const BODY_LIMIT_SETTING = 'gateway.max_body_bytes in the fleet file'
@@ -102,11 +94,7 @@ export function buildGatewayHttp (options: GatewayHttpOptions): FastifyInstance 
   route(app, 'GET', '/v2/health/live', async (_request, reply) => reply.code(200).send())
   // Ready when there is somewhere to send requests; per-server health arrives with the health checker.
   route(app, 'GET', '/v2/health/ready', async (_request, reply) => reply.code(fleet.endpoints.length > 0 ? 200 : 400).send())
-  route(app, 'GET', '/v2', async (_request, reply) => reply.type('application/json').send(JSON.stringify({
-    name: 'flotilla',
-    version: FLOTILLA_VERSION,
-    extensions: GATEWAY_EXTENSIONS
-  })))
+  route(app, 'GET', '/v2', async (_request, reply) => reply.type('application/json').send(JSON.stringify(gatewayMetadata())))
 
   // Resolves once the answer is sent, with nothing: resolving with `reply` (a thenable) would cost fastify three more
   // microtasks per request to adopt it.
@@ -211,43 +199,6 @@ function forwardRequestOf (request: FastifyRequest, reply: FastifyReply, path?: 
     body: Buffer.isBuffer(request.body) ? request.body : undefined,
     requestId: request.id,
     signal: gone
-  }
-}
-
-/**
- * The client going away, as the forwarder listens for it ({@link AbortSignalLike}, with an AbortSignal's
- * semantics: listeners run once, in order, and one removed meanwhile does not run). One per request: an
- * AbortController's signal is an EventTarget, and building one and adding and removing its listeners cost several
- * µs per request.
- */
-class ClientGone implements AbortSignalLike {
-  aborted = false
-  /** Usually one at a time; a fan-out (the repository index) has one per server. Removed ones are `null`. */
-  #listeners: Array<(() => void) | null> = []
-
-  addEventListener (_type: 'abort', listener: () => void): void {
-    if (!this.aborted) this.#listeners.push(listener)
-  }
-
-  removeEventListener (_type: 'abort', listener: () => void): void {
-    const listeners = this.#listeners
-    const i = listeners.indexOf(listener)
-    if (i === -1) return
-    if (this.aborted) listeners[i] = null
-    else listeners.splice(i, 1)
-  }
-
-  abort (): void {
-    if (this.aborted) return
-    this.aborted = true
-    const listeners = this.#listeners
-    for (let i = 0; i < listeners.length; i++) {
-      const listener = listeners[i]
-      if (listener === null || listener === undefined) continue
-      listeners[i] = null
-      listener()
-    }
-    this.#listeners = []
   }
 }
 

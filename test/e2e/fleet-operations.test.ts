@@ -59,7 +59,7 @@ interface Gateway extends FlotillaProcess { admin: string, file: string }
 async function startGateway (tt: Test, text: string): Promise<Gateway> {
   const file = join(tt.testdir({}), 'fleet.yaml')
   writeFileSync(file, text)
-  const gw = await spawnFlotilla(tt, ['gateway', '--config', file, '--http-port', '0', '--metrics-port', '0', '--admin-port', '0'])
+  const gw = await spawnFlotilla(tt, ['gateway', '--config', file, '--http-port', '0', '--grpc-port', '0', '--metrics-port', '0', '--admin-port', '0'])
   return { ...gw, admin: `http://127.0.0.1:${gw.adminPort}`, file }
 }
 

@@ -23,7 +23,7 @@ t.test('routes across two real workers and skips a killed one', async t => {
     'load_balancer:',
     '  type: round_robin'
   ].join('\n'))
-  const gw = await spawnFlotilla(t, ['gateway', '--config', fleet, '--http-port', '0', '--metrics-port', '0', '--admin-port', '-1'])
+  const gw = await spawnFlotilla(t, ['gateway', '--config', fleet, '--http-port', '0', '--grpc-port', '0', '--metrics-port', '0', '--admin-port', '-1'])
 
   const served: string[] = []
   for (let i = 0; i < 6; i++) {

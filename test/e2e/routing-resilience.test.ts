@@ -52,7 +52,7 @@ function echoed (x: Exchange): boolean {
 function startGateway (tt: Test, fleet: readonly string[]): Promise<FlotillaProcess> {
   const file = join(tt.testdir({}), 'fleet.yaml')
   writeFileSync(file, fleet.join('\n') + '\n')
-  return spawnFlotilla(tt, ['gateway', '--config', file, '--http-port', '0', '--metrics-port', '0', '--admin-port', '-1'])
+  return spawnFlotilla(tt, ['gateway', '--config', file, '--http-port', '0', '--grpc-port', '0', '--metrics-port', '0', '--admin-port', '-1'])
 }
 
 function server (name: string, port: number): string {

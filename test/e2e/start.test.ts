@@ -9,7 +9,7 @@ import { identityConfig } from '../helpers/model-repo.ts'
 
 t.test('flotilla start on free ports serves the README curl', async t => {
   // `npm start` is `node dist/bin/flotilla.js start`; free ports keep the test off 8000 and out of other runs' way.
-  const child = spawn(process.execPath, [CLI, 'start', '--http-port', '0', '--metrics-port', '0', '--admin-port', '0', '--worker-ports', '0'], {
+  const child = spawn(process.execPath, [CLI, 'start', '--http-port', '0', '--grpc-port', '0', '--metrics-port', '0', '--admin-port', '0', '--worker-ports', '0'], {
     stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn' }
   })
   t.teardown(() => stop(child))
@@ -107,7 +107,7 @@ t.test('a worker that cannot start takes the whole start down, leaving no proces
     '  - { name: w2, host: 127.0.0.1, port: 2, models: [echo] }',
     'load_balancer: { type: round_robin }'
   ].join('\n'))
-  const child = spawn(process.execPath, [CLI, 'start', '--config', fleet, '--http-port', '0', '--metrics-port', '0', '--admin-port', '-1',
+  const child = spawn(process.execPath, [CLI, 'start', '--config', fleet, '--http-port', '0', '--grpc-port', '0', '--metrics-port', '0', '--admin-port', '-1',
     '--worker-ports', `0,${busyPort}`], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn' } })
   t.teardown(() => stop(child))
   let out = ''

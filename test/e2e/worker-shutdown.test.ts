@@ -76,7 +76,7 @@ t.test('an embedded worker leaves nothing behind: the process exits by itself on
   // A request in flight, one during the drain, the default (30 s) drain timeout: none of it may hold the process.
   const script = `
     const { startWorker } = await import(${JSON.stringify(WORKER_MAIN)})
-    const w = await startWorker({ modelRepository: process.argv[1], httpPort: 0, metricsPort: 0, shutdownQuietMs: 50 })
+    const w = await startWorker({ modelRepository: process.argv[1], httpPort: 0, grpcPort: 0, metricsPort: 0, shutdownQuietMs: 50 })
     const infer = () => fetch(w.url + '/v2/models/slow/infer', {
       method: 'POST', headers: { connection: 'close' },
       body: JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [1], data: [1] }] })

@@ -14,6 +14,8 @@ export const DEMO_FLEET = fileURLToPath(new URL('../../config/fleet.yaml', impor
 export interface FlotillaProcess {
   child: ChildProcess
   httpPort: number
+  /** -1 when the gRPC listener is off. */
+  grpcPort: number
   metricsPort: number
   /** The gateway's admin port (-1 when off); absent for workers. */
   adminPort?: number
@@ -42,10 +44,10 @@ export async function spawnFlotilla (tt: Tap, args: string[], env: Record<string
   child.stdout?.on('data', (d: Buffer) => { out += d.toString() })
   child.stderr?.on('data', (d: Buffer) => { out += d.toString() })
   tt.teardown(() => stop(child))
-  const ready = await new Promise<{ httpPort: number, metricsPort: number, adminPort?: number, url: string }>((resolve, reject) => {
+  const ready = await new Promise<{ httpPort: number, grpcPort: number, metricsPort: number, adminPort?: number, url: string }>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`flotilla ${args.join(' ')} not ready in 30 s:\n${out}`)), 30_000)
     child.once('exit', code => { clearTimeout(timer); reject(new Error(`flotilla ${args.join(' ')} exited ${code}:\n${out}`)) })
-    child.on('message', (m: { type?: string, httpPort: number, metricsPort: number, adminPort?: number, url: string }) => {
+    child.on('message', (m: { type?: string, httpPort: number, grpcPort: number, metricsPort: number, adminPort?: number, url: string }) => {
       if (m.type === 'flotilla:ready') { clearTimeout(timer); resolve(m) }
     })
   })
@@ -54,5 +56,5 @@ export async function spawnFlotilla (tt: Tap, args: string[], env: Record<string
 
 /** A worker on a free port serving `repository` (default: the demo models). */
 export function spawnWorker (tt: Tap, repository = DEMO_MODELS): Promise<FlotillaProcess> {
-  return spawnFlotilla(tt, ['worker', '--model-repository', repository, '--http-port', '0', '--metrics-port', '-1'])
+  return spawnFlotilla(tt, ['worker', '--model-repository', repository, '--http-port', '0', '--grpc-port', '0', '--metrics-port', '-1'])
 }

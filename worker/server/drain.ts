@@ -3,10 +3,10 @@
  * so that gateways take it out of rotation, and ends once the traffic has stopped (or a deadline has passed), so
  * that a gateway in front loses no request to the listener closing under it.
  *
- * Requests are counted at the node:http level: from the server's `request` event (the head has arrived; the body
+ * HTTP requests are counted at the node:http level: from the server's `request` event (the head has arrived; the body
  * may still be on its way, fastify has not routed or parsed anything yet) to the response's `close` (answered, or
  * the client went away). Work that outlives its client shows in the repository's pending count, which
- * {@link DrainOptions.pending} adds.
+ * {@link DrainOptions.pending} adds. gRPC calls are counted by the gRPC front ({@link DrainTracker.begin}).
  */
 import { type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import { performance } from 'node:perf_hooks'
@@ -70,6 +70,22 @@ export class DrainTracker {
         this.#onIdle?.()
       })
     })
+  }
+
+  /**
+   * Counts one request that did not come through a tracked HTTP server (a gRPC call, or one message of a gRPC
+   * stream) from now until the returned function is called (once; later calls do nothing).
+   */
+  begin (): () => void {
+    this.#inFlight++
+    this.#lastArrival = this.#now()
+    let ended = false
+    return () => {
+      if (ended) return
+      ended = true
+      this.#inFlight--
+      this.#onIdle?.()
+    }
   }
 
   /**

@@ -1,13 +1,23 @@
 /**
- * The worker's KServe v2 HTTP API, as Triton serves it (triton-behaviour.md section 1): health, server and model
- * metadata, model config, readiness, infer, statistics, and the repository index.
+ * The worker's KServe v2 HTTP API, as Triton serves it (triton-behaviour.md sections 1 and 2): health, server and
+ * model metadata, model config, readiness, infer (JSON, the binary tensor extension, gzip/deflate bodies and
+ * answers), statistics, and the repository index. Everything but the wire form is the InferenceService's, which the
+ * gRPC front (grpc.ts) calls too.
  */
 import { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
-import { createError } from '../../common/errors.ts'
+import { createError, isFlotillaError } from '../../common/errors.ts'
 import { createKServeServer, route } from '../../common/http-server.ts'
 import { type Logger } from '../../common/logger.ts'
 import { QUEUE_DEPTH_HEADER } from '../../common/protocol/headers.ts'
-import { decodeInferRequest, encodeInferResponse } from '../../common/protocol/json-codec.ts'
+import {
+  decodeHttpInferRequest, decodeRawBinaryRequest, encodeHttpInferResponse, INFERENCE_HEADER_CONTENT_LENGTH,
+  parseInferenceHeaderLength, rawRequestInputCountError
+} from '../../common/protocol/binary-codec.ts'
+import {
+  decodeRequestBody, encodeResponseBody, negotiateResponseEncoding, SUPPORTED_CONTENT_CODINGS
+} from '../../common/protocol/compression.ts'
+import { configTypeToDataType } from '../../common/protocol/datatypes.ts'
+import { type InferRequest } from '../../common/protocol/types.ts'
 import { type InferenceService } from '../inference/inference-service.ts'
 import { modelConfigToJson } from '../repository/model-config.ts'
 import { type LoadedVersion, type ModelRepository } from '../repository/model-repository.ts'
@@ -29,10 +39,15 @@ export interface WorkerHttpOptions {
 
 type ModelParams = { model: string, version?: string }
 
+/** Named in the 413 messages: where to raise the limit. */
+const BODY_LIMIT_SETTING = 'the worker flag --max-body-bytes'
+
+const EMPTY = Buffer.alloc(0)
+
 export function buildWorkerHttp (options: WorkerHttpOptions): FastifyInstance {
   const { repository, service } = options
   const app = createKServeServer({
-    logger: options.logger, bodyLimit: options.bodyLimit, bodyLimitSetting: 'the worker flag --max-body-bytes'
+    logger: options.logger, bodyLimit: options.bodyLimit, bodyLimitSetting: BODY_LIMIT_SETTING
   })
 
   options.drain.track(app.server)
@@ -69,11 +84,24 @@ export function buildWorkerHttp (options: WorkerHttpOptions): FastifyInstance {
   modelRoutes('/ready', 'GET', async (_loaded, _req, reply) => reply.code(200).send())
   modelRoutes('/config', 'GET', async (loaded, _req, reply) => reply.type('application/json').send(modelConfigToJson(loaded.config)))
   modelRoutes('/infer', 'POST', async (loaded, req, reply) => {
-    const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0)
-    if (raw.length === 0) throw createError('PROTO_ERR_INVALID_REQUEST', 'the infer request has no body; send a JSON inference request')
-    const request = decodeInferRequest(raw, { maxInputBytes: options.bodyLimit })
-    const response = await service.infer(loaded, request)
-    return reply.type('application/json').send(encodeInferResponse(response))
+    const received = Buffer.isBuffer(req.body) ? req.body : EMPTY
+    if (received.length === 0) throw createError('PROTO_ERR_INVALID_REQUEST', 'the infer request has no body; send a JSON inference request')
+    let body: Buffer
+    try {
+      body = await decodeRequestBody(received, req.headers['content-encoding'], options.bodyLimit, BODY_LIMIT_SETTING)
+    } catch (err) {
+      // RFC 9110 15.5.16: a 415 for a coding says which codings would do.
+      if (isFlotillaError(err) && err.code === 'FLT_ERR_UNSUPPORTED_CONTENT_ENCODING') reply.header('accept-encoding', SUPPORTED_CONTENT_CODINGS)
+      throw err
+    }
+    const request = decodeInfer(loaded, body, req.headers[INFERENCE_HEADER_CONTENT_LENGTH], options.bodyLimit)
+    const encoded = encodeHttpInferResponse(await service.infer(loaded, request), request)
+    if (encoded.headerLength === undefined) reply.type('application/json')
+    else reply.type('application/octet-stream').header(INFERENCE_HEADER_CONTENT_LENGTH, encoded.headerLength)
+    const coding = negotiateResponseEncoding(req.headers['accept-encoding'])
+    if (coding === undefined) return reply.send(encoded.body)
+    // Inference-Header-Content-Length stays the uncompressed JSON length, as Triton sends it.
+    return reply.header('content-encoding', coding).send(await encodeResponseBody(encoded.body, coding))
   })
 
   // Statistics: every READY version of every model, of one model, or one version.
@@ -105,11 +133,25 @@ export function buildWorkerHttp (options: WorkerHttpOptions): FastifyInstance {
   })
   // Triton's default control mode loads everything at start and refuses explicit load/unload, with this message.
   for (const action of ['load', 'unload']) {
-    route(app, 'POST', `/v2/repository/models/:model/${action}`, async (_req, reply) => {
-      return reply.code(503).type('application/json')
-        .send(JSON.stringify({ error: 'explicit model load / unload is not allowed if polling is enabled' }))
+    route(app, 'POST', `/v2/repository/models/:model/${action}`, async () => {
+      throw createError('WRK_ERR_MODEL_CONTROL_DISABLED')
     })
   }
 
   return app
+}
+
+/**
+ * An infer body as a request: JSON, JSON and binary tensors (`Inference-Header-Content-Length: N`), or Triton's raw
+ * binary request (`Inference-Header-Content-Length: 0`: the whole body is the model's only input).
+ */
+function decodeInfer (loaded: LoadedVersion, body: Buffer, headerValue: string | string[] | undefined, maxInputBytes: number): InferRequest {
+  const headerLength = parseInferenceHeaderLength(headerValue, body.length)
+  if (headerLength !== 0) return decodeHttpInferRequest(body, headerLength, { maxInputBytes, modelName: loaded.name })
+  const inputs = loaded.config.input
+  const input = inputs[0]
+  if (inputs.length !== 1 || input === undefined) throw rawRequestInputCountError(inputs.length, loaded.name)
+  const datatype = configTypeToDataType(input.data_type)
+  if (datatype === undefined) throw createError('WRK_ERR_INVALID_INPUT', `model '${loaded.name}' declares no datatype for input '${input.name}'`)
+  return decodeRawBinaryRequest(body, { name: input.name, datatype, dims: input.dims }, loaded.config.max_batch_size > 0, loaded.name, { maxInputBytes })
 }

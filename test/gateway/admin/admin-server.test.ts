@@ -17,6 +17,7 @@ const TOKEN = 's3cret-token'
 
 async function gateway (t: Test, yaml: string, options: Partial<GatewayOptions> = {}): Promise<RunningGateway> {
   const g = await startGateway({
+    grpcPort: -1,
     config: testConfig(yaml),
     logger: silentLogger(),
     httpPort: 0,
@@ -144,6 +145,7 @@ t.test('a non-loopback admin host without a token is refused, and nothing is lef
   const a = await worker(t, 'a')
   const [httpPort, metricsPort, adminPort] = [await closedPort(), await closedPort(), await closedPort()]
   await t.rejects(startGateway({
+    grpcPort: -1,
     config: testConfig(servers({ name: 'a', port: a.port })),
     logger: silentLogger(),
     httpPort,
@@ -176,6 +178,7 @@ t.test('an empty, blank or missing token file is refused at start', async (t) =>
   const adminPort = await closedPort()
   for (const [file, why] of [[empty, /the file is empty/], [blank, /the file is empty/], [missing, /ENOENT/]] as const) {
     await t.rejects(startGateway({
+      grpcPort: -1,
       config: testConfig(`${servers({ name: 'a', port: a.port })}gateway: { admin_token_file: '${file}' }\n`),
       logger: silentLogger(),
       httpPort: 0,

@@ -16,6 +16,7 @@ import { send, type Answer } from '../fixtures/fake-worker.ts'
 
 async function gateway (t: Test, yaml: string, seed = 1): Promise<RunningGateway> {
   const g = await startGateway({
+    grpcPort: -1,
     config: testConfig(yaml), logger: silentLogger(), httpPort: 0, metricsPort: 0, adminPort: 0, env: {}, deps: { random: seededRandom(seed) }
   })
   t.teardown(() => g.close())

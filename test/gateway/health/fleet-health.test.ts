@@ -51,7 +51,7 @@ t.test('a server failing its checks leaves the rotation, and comes back when the
     'health_check: { interval_ms: 100, timeout_ms: 100, jitter_percent: 0, healthy_threshold: 2, unhealthy_threshold: 2 }',
     'gateway: { http_port: 0, metrics_port: 0 }'
   ].join('\n'), { file: 'fleet.yaml', isKnownStrategy: hasBalancer })
-  const g = await startGateway({ config, logger: silentLogger(), metricsPort: -1, adminPort: -1 })
+  const g = await startGateway({ grpcPort: -1, config, logger: silentLogger(), metricsPort: -1, adminPort: -1 })
   t.teardown(() => g.close())
 
   t.strictSame(new Set(await servedBy(g.url, 6)), new Set(['a', 'b', 'c']))
@@ -85,7 +85,7 @@ t.test('a server answering 5xx is ejected after 5 in a row, and its share goes t
     'outlier_detection: { consecutive_failures: 5, base_ejection_time_ms: 60000, max_ejection_percent: 34 }',
     'gateway: { http_port: 0, metrics_port: 0 }'
   ].join('\n'), { file: 'fleet.yaml', isKnownStrategy: hasBalancer })
-  const g = await startGateway({ config, logger: silentLogger(), metricsPort: -1, adminPort: -1 })
+  const g = await startGateway({ grpcPort: -1, config, logger: silentLogger(), metricsPort: -1, adminPort: -1 })
   t.teardown(() => g.close())
 
   b.failInfer = true

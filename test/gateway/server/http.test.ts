@@ -29,7 +29,7 @@ async function worker (t: Test, name: string, options: Parameters<typeof startFa
 }
 
 async function gateway (t: Test, config: ReturnType<typeof fleet>, random = (): number => 0): Promise<RunningGateway> {
-  const g = await startGateway({ config, logger: silentLogger(), deps: { random }, adminPort: -1 })
+  const g = await startGateway({ grpcPort: -1, config, logger: silentLogger(), deps: { random }, adminPort: -1 })
   t.teardown(() => g.close())
   return g
 }
@@ -347,6 +347,7 @@ t.test('one debug log line per request', async (t) => {
   })
   const a = await worker(t, 'a')
   const g = await startGateway({
+    grpcPort: -1,
     config: fleet([{ name: 'a', port: a.port, models: ['m'] }]),
     adminPort: -1,
     logger: createLogger({ level: 'debug', destination: sink })
@@ -401,7 +402,7 @@ t.test('two gateways in one process keep their own metrics', async (t) => {
 
 t.test('close() lets requests in flight finish, then stops listening', async (t) => {
   const slow = await worker(t, 'slow', { inferDelayMs: 300 })
-  const g = await startGateway({ config: fleet([{ name: 'slow', port: slow.port, models: ['m'] }]), logger: silentLogger(), adminPort: -1 })
+  const g = await startGateway({ grpcPort: -1, config: fleet([{ name: 'slow', port: slow.port, models: ['m'] }]), logger: silentLogger(), adminPort: -1 })
   const pending = infer(g, 'm')
   await new Promise((resolve) => setTimeout(resolve, 50))
   const closed = g.close()
@@ -416,7 +417,7 @@ t.test('close() lets requests in flight finish, then stops listening', async (t)
 t.test('options override the gateway section; a negative metrics port disables the listener', async (t) => {
   const a = await worker(t, 'a')
   const config = fleet([{ name: 'a', port: a.port, models: ['m'] }], { http_port: 1, metrics_port: 2 })
-  const g = await startGateway({ config, host: '127.0.0.1', httpPort: 0, metricsPort: -1, adminPort: -1, logger: silentLogger() })
+  const g = await startGateway({ grpcPort: -1, config, host: '127.0.0.1', httpPort: 0, metricsPort: -1, adminPort: -1, logger: silentLogger() })
   t.teardown(() => g.close())
   t.equal(g.metricsPort, -1)
   t.equal(g.url, `http://127.0.0.1:${g.httpPort}`)
@@ -427,6 +428,7 @@ t.test('a port in use is reported and nothing is left listening', async (t) => {
   const a = await worker(t, 'a')
   const first = await gateway(t, fleet([{ name: 'a', port: a.port, models: ['m'] }]))
   await t.rejects(startGateway({
+    grpcPort: -1,
     config: fleet([{ name: 'a', port: a.port, models: ['m'] }]),
     httpPort: 0,
     metricsPort: first.metricsPort,

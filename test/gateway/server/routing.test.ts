@@ -32,7 +32,7 @@ async function worker (t: Test, name: string, options: Parameters<typeof startFa
 }
 
 async function gateway (t: Test, yaml: string): Promise<RunningGateway> {
-  const g = await startGateway({ config: config(yaml), logger: silentLogger(), httpPort: 0, metricsPort: 0, adminPort: -1, deps: { random: () => 0 } })
+  const g = await startGateway({ grpcPort: -1, config: config(yaml), logger: silentLogger(), httpPort: 0, metricsPort: 0, adminPort: -1, deps: { random: () => 0 } })
   t.teardown(() => g.close())
   return g
 }

@@ -155,7 +155,7 @@ t.test('the registry: versions in order, a reload starts from zero, unobserved v
 })
 
 async function worker (tt: Test, dir: string): Promise<RunningWorker> {
-  const w = await startWorker({ modelRepository: dir, httpPort: 0, metricsPort: -1, logger: silentLogger(), shutdownQuietMs: 0 })
+  const w = await startWorker({ modelRepository: dir, httpPort: 0, grpcPort: -1, metricsPort: -1, logger: silentLogger(), shutdownQuietMs: 0 })
   tt.teardown(() => w.close())
   return w
 }

@@ -9,7 +9,7 @@ const DEMO_MODELS = fileURLToPath(new URL('../../../config/models', import.meta.
 
 async function worker (tt: Test, modelRepository: string, extra: { maxBodyBytes?: number } = {}): Promise<RunningWorker> {
   // No drain to wait for in these tests' teardown (shutdown.test.ts covers it).
-  const w = await startWorker({ modelRepository, httpPort: 0, metricsPort: 0, logger: silentLogger(), shutdownQuietMs: 0, ...extra })
+  const w = await startWorker({ modelRepository, httpPort: 0, grpcPort: 0, metricsPort: 0, logger: silentLogger(), shutdownQuietMs: 0, ...extra })
   tt.teardown(() => w.close())
   return w
 }
@@ -302,7 +302,7 @@ t.test('close waits for in-flight requests', async t => {
       1: {}
     }
   })
-  const w = await startWorker({ modelRepository: dir, httpPort: 0, metricsPort: -1, logger: silentLogger() })
+  const w = await startWorker({ modelRepository: dir, httpPort: 0, grpcPort: -1, metricsPort: -1, logger: silentLogger() })
   const inflight = post(`${w.url}/v2/models/slow/infer`, { inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [1], data: [4] }] })
   await new Promise(resolve => setTimeout(resolve, 30))
   await w.close()

@@ -113,7 +113,7 @@ t.test('label values are escaped; versions listed in numeric order', async t => 
 })
 
 async function worker (tt: Test, dir: string): Promise<RunningWorker> {
-  const w = await startWorker({ modelRepository: dir, httpPort: 0, metricsPort: 0, logger: silentLogger(), shutdownQuietMs: 0 })
+  const w = await startWorker({ modelRepository: dir, httpPort: 0, grpcPort: -1, metricsPort: 0, logger: silentLogger(), shutdownQuietMs: 0 })
   tt.teardown(() => w.close())
   return w
 }

@@ -28,7 +28,7 @@ async function worker (t: Test, extra: Partial<WorkerOptions> = {}): Promise<{ w
   const logs: LogLine[] = []
   const destination = { write (line: string) { logs.push({ ...JSON.parse(line), at: performance.now() }); return true } }
   const logger = createLogger({ level: 'info', destination: destination as unknown as NodeJS.WritableStream })
-  const w = await startWorker({ modelRepository: repository(t), httpPort: 0, metricsPort: -1, logger, ...extra })
+  const w = await startWorker({ modelRepository: repository(t), httpPort: 0, grpcPort: 0, metricsPort: -1, logger, ...extra })
   t.teardown(() => w.close())
   return { w, logs }
 }
@@ -150,6 +150,6 @@ t.test('work whose client went away still holds the drain until it finishes', as
 
 t.test('the drain options must be non-negative milliseconds', async t => {
   const modelRepository = repository(t)
-  await t.rejects(startWorker({ modelRepository, httpPort: 0, metricsPort: -1, shutdownQuietMs: -1 }), RangeError)
-  await t.rejects(startWorker({ modelRepository, httpPort: 0, metricsPort: -1, drainTimeoutMs: Number.NaN }), /drainTimeoutMs/)
+  await t.rejects(startWorker({ modelRepository, httpPort: 0, grpcPort: -1, metricsPort: -1, shutdownQuietMs: -1 }), RangeError)
+  await t.rejects(startWorker({ modelRepository, httpPort: 0, grpcPort: -1, metricsPort: -1, drainTimeoutMs: Number.NaN }), /drainTimeoutMs/)
 })

@@ -1,0 +1,343 @@
+/**
+ * The gateway's gRPC front: Triton's `inference.GRPCInferenceService` on `gateway.grpc_port`, for the whole fleet.
+ *
+ * Every model call goes through the same pipeline as the HTTP front (`proxy/pipeline.ts`: candidates, strategy,
+ * canary, admission queue, retries and budget, outlier detection, metrics with `protocol="grpc"`), one call at a
+ * time: each ModelInfer is balanced on its own, never per connection, so a client that keeps one HTTP/2 connection
+ * open (every gRPC client does) still spreads its requests over the fleet.
+ *
+ * Upstream, a call travels as the binary HTTP request it is equivalent to (bench/README.md "protocol" has the
+ * measurement that chose this over gRPC to the workers): the ModelInferRequest's tensors are laid end to end after a
+ * JSON header (raw contents as they came, typed `contents` converted to the raw layout), and the worker's binary
+ * answer becomes the ModelInferResponse's `raw_output_contents`, without a tensor being decoded on the way. The
+ * other calls are the HTTP calls they mirror (metadata, readiness, config; statistics and the index fanned out and
+ * merged as the HTTP front merges them), their JSON answers turned into the gRPC messages.
+ *
+ * Every answer names the server in the `x-flotilla-endpoint` response metadata. ModelStreamInfer: see
+ * {@link GrpcStream}.
+ */
+import * as grpc from '@grpc/grpc-js'
+import { createError } from '../../common/errors.ts'
+import { createGrpcServer, grpcError, modelVersionOf } from '../../common/grpc-server.ts'
+import { requestIdGenerator } from '../../common/http-server.ts'
+import { type Logger } from '../../common/logger.ts'
+import { INFERENCE_HEADER_CONTENT_LENGTH, decodeRawHttpInferResponse, encodeRawHttpInferRequest, parseInferenceHeaderLength } from '../../common/protocol/binary-codec.ts'
+import {
+  grpcErrorFrom, grpcErrorFromHttp, modelConfigToMessage, modelInferRequestToRaw, modelMetadataToMessage,
+  modelStatisticsToMessage, rawToModelInferResponse, repositoryIndexToMessage, serverMetadataToMessage, type GrpcErrorStatus
+} from '../../common/protocol/grpc/grpc-codec.ts'
+import { inferenceServiceDefinition } from '../../common/protocol/grpc/grpc-service.ts'
+import {
+  type ModelInferRequestMessage, type ModelInferResponseMessage, type ModelReadyRequest, type ModelReadyResponse,
+  type ModelStreamInferResponseMessage
+} from '../../common/protocol/grpc/messages.ts'
+import { type Fleet } from '../fleet/fleet.ts'
+import { type Endpoint } from '../fleet/types.ts'
+import { type Forwarder } from '../proxy/forward.ts'
+import { ENDPOINT_HEADER, REQUEST_ID_HEADER, upstreamRequestHeaders } from '../proxy/headers.ts'
+import { type ModelCall, type ModelPipeline } from '../proxy/pipeline.ts'
+import { type ForwardRequest, type ForwardResult, type UpstreamResponse } from '../proxy/types.ts'
+import { ClientGone } from './client-gone.ts'
+import { gatewayMetadata } from './gateway-metadata.ts'
+import { mergeIndexes, mergeStatistics, type Merged } from './merge.ts'
+
+export interface GatewayGrpcOptions {
+  fleet: Fleet
+  pipeline: ModelPipeline
+  forwarder: Forwarder
+  logger: Logger
+  /** Largest request message in bytes (`gateway.max_body_bytes`, the same limit as an HTTP body). */
+  maxMessageBytes: number
+  /** Deadline for each server's answer to a fan-out call (statistics, the index). */
+  fanOutTimeoutMs: number
+}
+
+/** Client metadata passed on upstream, as the HTTP front passes these headers on. */
+const FORWARDED_METADATA = ['traceparent', 'tracestate'] as const
+
+/** An answer for the client, or the status to fail the call with. */
+type Answer<T> = { readonly ok: true, readonly value: T } | { readonly ok: false, readonly error: GrpcErrorStatus }
+
+/** Builds (does not bind) the gateway's gRPC server: the inference service, health and reflection. */
+export function buildGatewayGrpc (options: GatewayGrpcOptions): grpc.Server {
+  const { fleet, pipeline, forwarder, logger } = options
+  const nextRequestId = requestIdGenerator()
+
+  /** Ends a unary call: the answer (naming the server when one answered), or its error status. */
+  const reply = <T>(call: grpc.ServerUnaryCall<unknown, T>, callback: grpc.sendUnaryData<T>, endpoint: string | undefined, answer: Answer<T>): void => {
+    if (endpoint !== undefined && endpoint !== '') {
+      const metadata = new grpc.Metadata()
+      metadata.set(ENDPOINT_HEADER, endpoint)
+      call.sendMetadata(metadata)
+    }
+    if (answer.ok) callback(null, answer.value)
+    else callback(Object.assign(new Error(answer.error.details), answer.error) as grpc.ServiceError)
+  }
+
+  /** A model route's GET (metadata, ready, config) through the pipeline, its JSON answer as a message. */
+  const modelRead = <Req extends { name: string, version?: string }, Res>(
+    suffix: string, toMessage: (status: number, body: Buffer) => Answer<Res>
+  ): grpc.handleUnaryCall<Req, Res> => (call, callback) => {
+    let version: string | undefined
+    try {
+      version = modelVersionOf(call.request.version)
+    } catch (err) {
+      callback(grpcError(err))
+      return
+    }
+    const model = call.request.name
+    const path = `/v2/models/${encodeURIComponent(model)}${version === undefined ? '' : `/versions/${version}`}${suffix}`
+    const upstream = upstreamRequest(call, 'GET', path, undefined, nextRequestId)
+    pipeline.run({ model, version, inference: false, protocol: 'grpc', header: metadataHeader(call.metadata), upstream: () => upstream })
+      .then((result) => { reply(call, callback, result.endpoint?.name, answerOf(result, toMessage)) }, (err: unknown) => {
+        logger.error({ err }, 'gRPC call failed')
+        callback(grpcError(err))
+      })
+  }
+
+  /** Statistics or the index: every server concerned asked, the answers merged as the HTTP front merges them. */
+  const fanOut = async (call: grpc.ServerUnaryCall<unknown, unknown>, method: string, path: string, body: string | undefined,
+    endpoints: readonly Endpoint[]): Promise<readonly ForwardResult[]> => {
+    const request = upstreamRequest(call, method, path, body === undefined ? undefined : Buffer.from(body), nextRequestId)
+    const headers = upstreamRequestHeaders(request.headers, request.requestId)
+    return Promise.all(endpoints.map((e) => forwarder.sendTo(e, request, headers, options.fanOutTimeoutMs)))
+  }
+  const sendMerged = <Res>(call: grpc.ServerUnaryCall<unknown, Res>, callback: grpc.sendUnaryData<Res>, merged: Merged, toMessage: (json: unknown) => Res): void => {
+    if ('body' in merged) reply(call, callback, merged.answered.join(', '), { ok: true, value: toMessage(JSON.parse(merged.body)) })
+    else if ('passOn' in merged) reply(call, callback, undefined, { ok: false, error: grpcErrorFromHttp(merged.passOn.statusCode, merged.passOn.body) })
+    else reply(call, callback, undefined, { ok: false, error: grpcErrorFrom(merged.error) })
+  }
+
+  /** One ModelInfer (unary, or one message of a stream) through the pipeline. */
+  const infer = async (call: grpc.ServerUnaryCall<ModelInferRequestMessage, unknown> | grpc.ServerDuplexStream<ModelInferRequestMessage, unknown>,
+    msg: ModelInferRequestMessage, preferred: Endpoint | undefined, signal: ClientGone): Promise<{ result: ForwardResult | undefined, answer: Answer<ModelInferResponseMessage> }> => {
+    let model: string
+    let version: string | undefined
+    let body: Buffer
+    let headerLength: number
+    try {
+      const decoded = modelInferRequestToRaw(msg)
+      model = decoded.modelName
+      version = modelVersionOf(decoded.modelVersion)
+      ;({ body, headerLength } = encodeRawHttpInferRequest(decoded.request))
+    } catch (err) {
+      return { result: undefined, answer: { ok: false, error: grpcErrorFrom(err) } }
+    }
+    const requestId = firstValue(call.metadata, REQUEST_ID_HEADER) ?? nextRequestId()
+    const headers = forwardedHeaders(call.metadata)
+    headers['content-type'] = 'application/octet-stream'
+    headers[INFERENCE_HEADER_CONTENT_LENGTH] = String(headerLength)
+    const modelCall: ModelCall = {
+      model,
+      version,
+      inference: true,
+      protocol: 'grpc',
+      preferred,
+      header: metadataHeader(call.metadata),
+      // A canary split by versions names the version; the body is the same either way.
+      upstream: (to) => ({ method: 'POST', path: inferPath(model, to ?? version), headers, body, requestId, signal })
+    }
+    const result = await pipeline.run(modelCall)
+    return { result, answer: answerOf(result, (status, answerBody, response) => status === 200
+      ? { ok: true, value: rawToModelInferResponse(decodeRawHttpInferResponse(answerBody, parseInferenceHeaderLength(response.headers[INFERENCE_HEADER_CONTENT_LENGTH], answerBody.length))) }
+      : { ok: false, error: grpcErrorFromHttp(status, answerBody) }) }
+  }
+
+  return createGrpcServer({
+    maxMessageBytes: options.maxMessageBytes,
+    maxMessageSetting: 'gateway.max_body_bytes in the fleet file',
+    // As the HTTP front's readiness: somewhere to send requests.
+    ready: () => fleet.endpoints.length > 0,
+    logger
+  }, inferenceServiceDefinition(), {
+    ServerLive: (_call, callback) => { callback(null, { live: true }) },
+    ServerReady: (_call, callback) => { callback(null, { ready: fleet.endpoints.length > 0 }) },
+    ServerMetadata: (_call, callback) => { callback(null, serverMetadataToMessage(gatewayMetadata())) },
+    // Triton's HTTP ready answers 400 for a version that is not ready; through the gateway a model with no usable
+    // server (503) is not ready either. An unknown model or version is an error, as in Triton.
+    ModelReady: modelRead<ModelReadyRequest, ModelReadyResponse>('/ready', (status, body) =>
+      status === 200 ? { ok: true, value: { ready: true } }
+        : status === 400 || status === 503 ? { ok: true, value: { ready: false } }
+          : { ok: false, error: grpcErrorFromHttp(status, body) }),
+    ModelMetadata: modelRead('', jsonAnswer(modelMetadataToMessage)),
+    ModelConfig: modelRead('/config', jsonAnswer(modelConfigToMessage)),
+    ModelStatistics: (call, callback) => {
+      let version: string | undefined
+      try {
+        version = modelVersionOf(call.request.version)
+      } catch (err) {
+        callback(grpcError(err))
+        return
+      }
+      const model = call.request.name === undefined || call.request.name === '' ? undefined : call.request.name
+      const { endpoints, error } = model === undefined ? pipeline.fanOutTargets() : pipeline.fanOutTargets(model, version)
+      if (error !== undefined) {
+        callback(grpcError(error))
+        return
+      }
+      const path = model === undefined ? '/v2/models/stats'
+        : `/v2/models/${encodeURIComponent(model)}${version === undefined ? '' : `/versions/${version}`}/stats`
+      fanOut(call, 'GET', path, undefined, endpoints).then((answers) => {
+        sendMerged(call, callback, mergeStatistics(answers), modelStatisticsToMessage)
+      }, (err: unknown) => { callback(grpcError(err)) })
+    },
+    RepositoryIndex: (call, callback) => {
+      const body = JSON.stringify({ ready: call.request.ready === true })
+      fanOut(call, 'POST', '/v2/repository/index', body, pipeline.fanOutTargets().endpoints).then((answers) => {
+        sendMerged(call, callback, mergeIndexes(answers), repositoryIndexToMessage)
+      }, (err: unknown) => { callback(grpcError(err)) })
+    },
+    RepositoryModelLoad: (_call, callback) => { callback(grpcError(createError('GW_ERR_NOT_ROUTED', 'RepositoryModelLoad'))) },
+    RepositoryModelUnload: (_call, callback) => { callback(grpcError(createError('GW_ERR_NOT_ROUTED', 'RepositoryModelUnload'))) },
+    ModelInfer: (call, callback) => {
+      const gone = new ClientGone()
+      call.on('cancelled', () => { gone.abort() })
+      infer(call, call.request, undefined, gone).then(({ result, answer }) => {
+        reply(call, callback, result?.endpoint?.name, answer)
+      }, (err: unknown) => {
+        logger.error({ err }, 'gRPC ModelInfer failed')
+        callback(grpcError(err))
+      })
+    },
+    ModelStreamInfer: (call) => { new GrpcStream(call, infer).start() }
+  })
+}
+
+/**
+ * One ModelStreamInfer call through the gateway. Each message is an independent request (answered as soon as it is
+ * done, with its id), routed through the pipeline like a unary call, except that the stream is pinned: per model,
+ * the worker that answered the stream's last request takes the next one while it is a candidate with room
+ * (`ForwardTarget.preferred`). When that worker dies or leaves the fleet, requests in flight on it are retried on
+ * another worker as any request is (a reset before an answer, a refused connect), the stream stays open, and it is
+ * pinned to the worker that answered. A failed request is answered in `error_message` and the stream stays open;
+ * with the client metadata `triton_grpc_error: true` the first error ends the stream with its status (Triton's
+ * option). The client cancelling the stream cancels its requests in flight upstream.
+ */
+type StreamCall = grpc.ServerDuplexStream<ModelInferRequestMessage, ModelStreamInferResponseMessage>
+type StreamInfer = (call: StreamCall, msg: ModelInferRequestMessage, preferred: Endpoint | undefined, signal: ClientGone) =>
+  Promise<{ result: ForwardResult | undefined, answer: Answer<ModelInferResponseMessage> }>
+
+class GrpcStream {
+  readonly #call: StreamCall
+  readonly #infer: StreamInfer
+  /** model → the worker that answered its last request on this stream. */
+  readonly #pinned = new Map<string, Endpoint>()
+  readonly #gone = new ClientGone()
+  readonly #statusOnError: boolean
+  #pending = 0
+  #halfClosed = false
+  #ended = false
+
+  constructor (call: StreamCall, infer: StreamInfer) {
+    this.#call = call
+    this.#infer = infer
+    this.#statusOnError = call.metadata.get('triton_grpc_error')[0] === 'true'
+  }
+
+  start (): void {
+    const call = this.#call
+    call.on('data', (msg: ModelInferRequestMessage) => { this.#request(msg) })
+    call.on('end', () => {
+      this.#halfClosed = true
+      this.#finish()
+    })
+    call.on('cancelled', () => {
+      this.#ended = true
+      this.#gone.abort()
+    })
+    call.on('error', () => { this.#ended = true })
+  }
+
+  #request (msg: ModelInferRequestMessage): void {
+    if (this.#ended) return
+    this.#pending++
+    const model = msg.model_name ?? ''
+    this.#infer(this.#call, msg, this.#pinned.get(model), this.#gone).then(({ result, answer }) => {
+      if (result?.endpoint !== undefined && (result.ok || result.error.statusCode < 500)) this.#pinned.set(model, result.endpoint)
+      this.#answer(msg, answer)
+    }, (err: unknown) => {
+      this.#answer(msg, { ok: false, error: grpcErrorFrom(err) })
+    }).finally(() => {
+      this.#pending--
+      this.#finish()
+    })
+  }
+
+  #answer (msg: ModelInferRequestMessage, answer: Answer<ModelInferResponseMessage>): void {
+    const call = this.#call
+    if (this.#ended || call.cancelled) return
+    if (answer.ok) {
+      call.write({ error_message: '', infer_response: answer.value })
+      return
+    }
+    if (this.#statusOnError) {
+      this.#ended = true
+      call.emit('error', { ...answer.error, metadata: new grpc.Metadata() })
+      return
+    }
+    // The request's id and model, so the client can tell which of its requests failed.
+    call.write({
+      error_message: answer.error.details,
+      infer_response: { model_name: msg.model_name ?? '', model_version: msg.model_version ?? '', id: msg.id ?? '', outputs: [] }
+    })
+  }
+
+  /** Ends the stream once the client has half-closed it and every request has been answered. */
+  #finish (): void {
+    if (!this.#ended && this.#halfClosed && this.#pending === 0) {
+      this.#ended = true
+      this.#call.end()
+    }
+  }
+}
+
+/** The answer to a pipeline result: the worker's 2xx turned into a message by `toMessage`, or an error status. */
+function answerOf<T> (result: ForwardResult, toMessage: (status: number, body: Buffer, response: UpstreamResponse) => Answer<T>): Answer<T> {
+  if (!result.ok) return { ok: false, error: grpcErrorFrom(result.error) }
+  try {
+    return toMessage(result.response.statusCode, result.response.body, result.response)
+  } catch (err) {
+    // A worker answer that is not what the protocol says (a broken binary section): the worker's fault, not the client's.
+    return { ok: false, error: grpcErrorFrom(createError('GW_ERR_UPSTREAM_BROKEN', result.endpoint.name, '(gRPC)', (err as Error).message)) }
+  }
+}
+
+/** A JSON 200 answer as a message; any other status as the error it says. */
+function jsonAnswer<T> (toMessage: (json: unknown) => T): (status: number, body: Buffer) => Answer<T> {
+  return (status, body) => status === 200
+    ? { ok: true, value: toMessage(JSON.parse(body.toString('utf8'))) }
+    : { ok: false, error: grpcErrorFromHttp(status, body) }
+}
+
+function inferPath (model: string, version: string | undefined): string {
+  return `/v2/models/${encodeURIComponent(model)}${version === undefined ? '' : `/versions/${version}`}/infer`
+}
+
+/** The upstream request for a non-inference call. */
+function upstreamRequest (call: grpc.ServerUnaryCall<unknown, unknown>, method: string, path: string, body: Buffer | undefined,
+  nextRequestId: () => string): ForwardRequest {
+  const signal = new ClientGone()
+  call.on('cancelled', () => { signal.abort() })
+  const headers = forwardedHeaders(call.metadata)
+  if (body !== undefined) headers['content-type'] = 'application/json'
+  return { method, path, headers, body, requestId: firstValue(call.metadata, REQUEST_ID_HEADER) ?? nextRequestId(), signal }
+}
+
+function forwardedHeaders (metadata: grpc.Metadata): Record<string, string> {
+  const headers: Record<string, string> = {}
+  for (const name of FORWARDED_METADATA) {
+    const value = firstValue(metadata, name)
+    if (value !== undefined) headers[name] = value
+  }
+  return headers
+}
+
+/** Client metadata as the pipeline reads headers (canary force/sticky headers, the hash key). */
+function metadataHeader (metadata: grpc.Metadata): (name: string) => string | undefined {
+  return (name) => firstValue(metadata, name)
+}
+
+function firstValue (metadata: grpc.Metadata, name: string): string | undefined {
+  const value = metadata.get(name)[0]
+  return typeof value === 'string' ? value : undefined
+}
