@@ -4,7 +4,7 @@
  * this process), `gateway` and `worker` run one tier each. Flags override the files they point at.
  */
 import { fork, type ChildProcess } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+import { readFileSync, writeFileSync } from 'node:fs'
 import { dirname, isAbsolute, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
@@ -13,34 +13,44 @@ import { isLoopbackHost } from '../common/http-server.ts'
 import { createLogger, type Logger } from '../common/logger.ts'
 import { FLOTILLA_VERSION, PACKAGE_ROOT } from '../common/package-root.ts'
 import { runFleetCommand } from '../gateway/admin/fleet-cli.ts'
-import { type FleetConfig } from '../gateway/fleet/fleet-config.ts'
+import { grpcPortOf, type FleetConfig } from '../gateway/fleet/fleet-config.ts'
 import { loadGatewayConfig, startGateway } from '../gateway/main.ts'
 import { DEFAULT_MAX_BODY_BYTES, startWorker } from '../worker/main.ts'
+import { runBenchCommand } from './perf/bench-command.ts'
 
 const SELF = fileURLToPath(import.meta.url)
 const DEFAULT_FLEET = join(PACKAGE_ROOT, 'config', 'fleet.yaml')
 
-const USAGE = `flotilla ${FLOTILLA_VERSION}: an inference gateway and worker fleet (KServe v2 / Triton HTTP)
+const USAGE = `flotilla ${FLOTILLA_VERSION}: an inference gateway and worker fleet (KServe v2 / Triton HTTP and gRPC)
 
 Usage:
-  flotilla start   [--config FILE] [--host H] [--http-port N] [--metrics-port N] [--admin-port N] [--worker-ports N,N|0]
-  flotilla gateway --config FILE [--host H] [--http-port N] [--metrics-port N] [--admin-port N]
-  flotilla worker  --model-repository DIR [--host H] [--http-port N] [--metrics-port N] [--max-body-bytes N]
+  flotilla start   [--config FILE] [--host H] [--http-port N] [--grpc-port N] [--metrics-port N] [--admin-port N]
+                   [--worker-ports N,N|0]
+  flotilla gateway --config FILE [--host H] [--http-port N] [--grpc-port N] [--metrics-port N] [--admin-port N]
+  flotilla worker  --model-repository DIR [--host H] [--http-port N] [--grpc-port N] [--metrics-port N]
+                   [--max-body-bytes N] [--grpc-max-message-bytes N]
   flotilla fleet   list|add|drain|undrain|remove|weight|canary ... [--admin URL] [--token-file F]
+  flotilla bench   -m MODEL [-u URL] [-i http|grpc] [--concurrency-range A:B[:S|:xF] | --request-rate-range A:B[:S]]
+                   [-f CSV] [--plot SVG] [--json]
   flotilla --help | --version
 
 Commands:
   start     The demo fleet on this machine: one worker per server of the fleet file (default
             config/fleet.yaml), serving its model_repository, and the gateway in front of them.
-            --worker-ports 0 puts every worker on a free port; a list sets them in order.
-  gateway   The routing tier, from a fleet file (ports default to its 'gateway' section, else 8000/8002,
-            admin API on 127.0.0.1:9000). It reloads the file when it changes, and on SIGHUP.
+            --worker-ports 0 puts every worker on a free port; a list sets their HTTP ports in order (each
+            worker's gRPC port is its HTTP port + 1, or the server's grpc_port).
+  gateway   The routing tier, from a fleet file (ports default to its 'gateway' section, else HTTP 8000,
+            gRPC 8001, metrics 8002, admin API on 127.0.0.1:9000). It reloads the file when it changes, and on
+            SIGHUP.
   fleet     Changes a running fleet through the gateway's admin API ('flotilla fleet --help').
-  worker    A worker serving a Triton-style model repository (ports default to 8000/8002, as Triton).
+  worker    A worker serving a Triton-style model repository (ports default to HTTP 8000, gRPC 8001, metrics
+            8002, as Triton's).
+  bench     Measures a server (gateway or worker) as perf_analyzer does ('flotilla bench --help').
 
 Common flags:
   --log-level LEVEL   trace, debug, info, warn, error, fatal or silent (default: $LOG_LEVEL, else info)
-  --metrics-port -1   turns the metrics listener off (port 0 picks a free port); --admin-port -1 likewise
+  --metrics-port -1   turns the metrics listener off (port 0 picks a free port); --grpc-port and --admin-port
+                      likewise
 `
 
 const options = {
@@ -50,19 +60,21 @@ const options = {
   'model-repository': { type: 'string' },
   host: { type: 'string' },
   'http-port': { type: 'string' },
+  'grpc-port': { type: 'string' },
   'metrics-port': { type: 'string' },
   'admin-port': { type: 'string' },
   'worker-ports': { type: 'string' },
   'max-body-bytes': { type: 'string' },
+  'grpc-max-message-bytes': { type: 'string' },
   'log-level': { type: 'string' }
 } as const
 
 type Flags = ReturnType<typeof parseArgs<{ options: typeof options, allowPositionals: true }>>['values']
 
 const ALLOWED: Record<string, ReadonlyArray<keyof Flags>> = {
-  start: ['config', 'host', 'http-port', 'metrics-port', 'admin-port', 'worker-ports', 'log-level'],
-  gateway: ['config', 'host', 'http-port', 'metrics-port', 'admin-port', 'log-level'],
-  worker: ['model-repository', 'host', 'http-port', 'metrics-port', 'max-body-bytes', 'log-level']
+  start: ['config', 'host', 'http-port', 'grpc-port', 'metrics-port', 'admin-port', 'worker-ports', 'log-level'],
+  gateway: ['config', 'host', 'http-port', 'grpc-port', 'metrics-port', 'admin-port', 'log-level'],
+  worker: ['model-repository', 'host', 'http-port', 'grpc-port', 'metrics-port', 'max-body-bytes', 'grpc-max-message-bytes', 'log-level']
 }
 
 const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']
@@ -71,7 +83,7 @@ function usage (message: string): never {
   throw createError('CLI_ERR_USAGE', `${message}\nRun 'flotilla --help' for usage.`)
 }
 
-function port (flags: Flags, name: 'http-port' | 'metrics-port' | 'admin-port', min = 0): number | undefined {
+function port (flags: Flags, name: 'http-port' | 'grpc-port' | 'metrics-port' | 'admin-port', min = 0): number | undefined {
   const raw = flags[name]
   if (raw === undefined) return undefined
   const n = Number(raw)
@@ -111,28 +123,41 @@ function installSignalHandlers (logger: Logger): void {
   if (process.send !== undefined) process.on('disconnect', () => handler('disconnect'))
 }
 
+/** A positive byte count from a flag; undefined when the flag is absent. */
+function byteCount (flags: Flags, name: 'max-body-bytes' | 'grpc-max-message-bytes'): number | undefined {
+  const raw = flags[name]
+  if (raw === undefined) return undefined
+  // Buffers and gRPC messages stop at 2 GiB - 1 (grpc-js takes a 32-bit signed limit).
+  if (!/^[1-9][0-9]*$/.test(raw) || Number(raw) > 0x7fffffff) usage(`--${name} must be a positive integer up to 2147483647, got '${raw}'`)
+  return Number(raw)
+}
+
 async function runWorker (flags: Flags, logger: Logger): Promise<void> {
   const repo = flags['model-repository'] ?? usage('flotilla worker needs --model-repository DIR')
-  const rawMax = flags['max-body-bytes']
-  if (rawMax !== undefined && !/^[1-9][0-9]*$/.test(rawMax)) usage(`--max-body-bytes must be a positive integer, got '${rawMax}'`)
+  const maxBodyBytes = byteCount(flags, 'max-body-bytes')
+  const grpcMaxMessageBytes = byteCount(flags, 'grpc-max-message-bytes')
   const httpPort = port(flags, 'http-port')
+  const grpcPort = port(flags, 'grpc-port', -1)
   const metricsPort = port(flags, 'metrics-port', -1)
   const worker = await startWorker({
     modelRepository: repo,
     logger,
-    maxBodyBytes: rawMax === undefined ? DEFAULT_MAX_BODY_BYTES : Number(rawMax),
+    maxBodyBytes: maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES,
+    ...(grpcMaxMessageBytes !== undefined ? { grpcMaxMessageBytes } : {}),
     ...(flags.host !== undefined ? { host: flags.host } : {}),
     ...(httpPort !== undefined ? { httpPort } : {}),
+    ...(grpcPort !== undefined ? { grpcPort } : {}),
     ...(metricsPort !== undefined ? { metricsPort } : {})
   })
   shutdown = () => worker.close()
-  announce({ role: 'worker', httpPort: worker.httpPort, metricsPort: worker.metricsPort, url: worker.url })
+  announce({ role: 'worker', httpPort: worker.httpPort, grpcPort: worker.grpcPort, metricsPort: worker.metricsPort, url: worker.url })
 }
 
 async function runGateway (flags: Flags, logger: Logger): Promise<void> {
   const file = flags.config ?? usage('flotilla gateway needs --config FILE (a fleet file)')
   const config = loadGatewayConfig(file)
   const httpPort = port(flags, 'http-port')
+  const grpcPort = port(flags, 'grpc-port', -1)
   const metricsPort = port(flags, 'metrics-port', -1)
   const adminPort = port(flags, 'admin-port', -1)
   const gateway = await startGateway({
@@ -141,16 +166,17 @@ async function runGateway (flags: Flags, logger: Logger): Promise<void> {
     logger,
     ...(flags.host !== undefined ? { host: flags.host } : {}),
     ...(httpPort !== undefined ? { httpPort } : {}),
+    ...(grpcPort !== undefined ? { grpcPort } : {}),
     ...(metricsPort !== undefined ? { metricsPort } : {}),
     ...(adminPort !== undefined ? { adminPort } : {})
   })
   shutdown = () => gateway.close()
   // nginx's habit: SIGHUP re-reads the configuration (the file is watched too, unless gateway.watch is false).
   process.on('SIGHUP', () => { gateway.reload().catch(() => {}) })
-  announce({ role: 'gateway', httpPort: gateway.httpPort, metricsPort: gateway.metricsPort, adminPort: gateway.adminPort, url: gateway.url })
+  announce({ role: 'gateway', httpPort: gateway.httpPort, grpcPort: gateway.grpcPort, metricsPort: gateway.metricsPort, adminPort: gateway.adminPort, url: gateway.url })
 }
 
-interface ReadyMessage { type: string, httpPort: number, metricsPort: number, url: string }
+interface ReadyMessage { type: string, httpPort: number, grpcPort: number, metricsPort: number, url: string }
 
 /**
  * Forks `flotilla worker` and resolves with its ports once it listens; rejects if it exits first. The child is in
@@ -189,13 +215,16 @@ async function runStart (flags: Flags, logger: Logger): Promise<void> {
     }
   }
   let workerPorts = servers.map(s => s.port)
+  let workerGrpcPorts = servers.map(s => grpcPortOf(s))
   const rawPorts = flags['worker-ports']
   if (rawPorts !== undefined) {
     const list = rawPorts.split(',').map(p => p.trim())
-    if (!list.every(p => /^[0-9]+$/.test(p) && Number(p) <= 65535) || (list.length !== 1 && list.length !== servers.length)) {
-      usage(`--worker-ports takes 0 or ${servers.length} comma-separated ports (one per server), got '${rawPorts}'`)
+    if (!list.every(p => /^[0-9]+$/.test(p) && Number(p) <= 65534) || (list.length !== 1 && list.length !== servers.length)) {
+      usage(`--worker-ports takes 0 or ${servers.length} comma-separated ports below 65535 (one per server), got '${rawPorts}'`)
     }
     workerPorts = list.length === 1 && list[0] === '0' ? servers.map(() => 0) : list.map(Number)
+    // Triton's layout: the gRPC port next to the HTTP port; 0 stays 0 (a free port).
+    workerGrpcPorts = workerPorts.map(p => p === 0 ? 0 : p + 1)
   }
 
   const level = flags['log-level'] ?? process.env.LOG_LEVEL ?? 'info'
@@ -211,7 +240,8 @@ async function runStart (flags: Flags, logger: Logger): Promise<void> {
   let started
   try {
     started = await Promise.all(servers.map((s, i) => forkWorker([
-      '--model-repository', repo, '--host', s.host, '--http-port', String(workerPorts[i]), '--metrics-port', '0',
+      '--model-repository', repo, '--host', s.host, '--http-port', String(workerPorts[i]),
+      '--grpc-port', String(workerGrpcPorts[i]), '--metrics-port', '0',
       '--log-level', level
     ], s.name, children)))
   } catch (err) {
@@ -228,9 +258,10 @@ async function runStart (flags: Flags, logger: Logger): Promise<void> {
 
   const config: FleetConfig = {
     ...fleet,
-    inference_servers: servers.map((s, i) => ({ ...s, port: started[i]!.ready.httpPort }))
+    inference_servers: servers.map((s, i) => ({ ...s, port: started[i]!.ready.httpPort, grpc_port: started[i]!.ready.grpcPort }))
   }
   const httpPort = port(flags, 'http-port')
+  const grpcPort = port(flags, 'grpc-port', -1)
   const metricsPort = port(flags, 'metrics-port', -1)
   const adminPort = port(flags, 'admin-port', -1)
   let gateway
@@ -241,6 +272,7 @@ async function runStart (flags: Flags, logger: Logger): Promise<void> {
       logger,
       ...(flags.host !== undefined ? { host: flags.host } : {}),
       ...(httpPort !== undefined ? { httpPort } : {}),
+      ...(grpcPort !== undefined ? { grpcPort } : {}),
       ...(metricsPort !== undefined ? { metricsPort } : {}),
       ...(adminPort !== undefined ? { adminPort } : {})
     })
@@ -254,15 +286,15 @@ async function runStart (flags: Flags, logger: Logger): Promise<void> {
   const lines = [
     '',
     'Flotilla demo fleet is up.',
-    `  gateway   ${g.url}${g.metricsPort >= 0 ? `   metrics http://127.0.0.1:${g.metricsPort}/metrics` : ''}`,
+    `  gateway   ${g.url}${g.grpcPort >= 0 ? `   gRPC 127.0.0.1:${g.grpcPort}` : ''}${g.metricsPort >= 0 ? `   metrics http://127.0.0.1:${g.metricsPort}/metrics` : ''}`,
     ...(g.adminPort >= 0 ? [`  admin     http://127.0.0.1:${g.adminPort}   (flotilla fleet list${g.adminPort === 9000 ? '' : ` --admin http://127.0.0.1:${g.adminPort}`})`] : []),
-    ...servers.map((s, i) => `  worker    ${s.name.padEnd(10)} ${started[i]!.ready.url}   models: ${s.models.join(', ')}`),
+    ...servers.map((s, i) => `  worker    ${s.name.padEnd(10)} ${started[i]!.ready.url}   gRPC ${started[i]!.ready.grpcPort}   models: ${s.models.join(', ')}`),
     `Try:  curl -s ${g.url}/v2/models/simple`,
     'Stop: Ctrl-C',
     ''
   ]
   process.stdout.write(lines.join('\n') + '\n')
-  announce({ role: 'gateway', httpPort: g.httpPort, metricsPort: g.metricsPort, adminPort: g.adminPort, url: g.url })
+  announce({ role: 'gateway', httpPort: g.httpPort, grpcPort: g.grpcPort, metricsPort: g.metricsPort, adminPort: g.adminPort, url: g.url })
 }
 
 /** parseArgs reads `--metrics-port -1` as two options; join a value-taking flag with a negative number after it. */
@@ -283,6 +315,16 @@ function joinNegativeValues (argv: readonly string[]): string[] {
 }
 
 async function main (argv: string[]): Promise<void> {
+  // `bench` is a load generator, with flags of its own (perf_analyzer's).
+  if (argv[0] === 'bench') {
+    process.exitCode = await runBenchCommand(argv.slice(1), {
+      stdout: process.stdout,
+      stderr: process.stderr,
+      readFile: (path) => readFileSync(path, 'utf8'),
+      writeFile: (path, data) => { writeFileSync(path, data) }
+    })
+    return
+  }
   // `fleet` is a client of a running gateway, with flags of its own.
   if (argv[0] === 'fleet') {
     process.exitCode = await runFleetCommand(argv.slice(1), {

@@ -8,8 +8,10 @@
  *   never left, so it moves on at once), after a 503 (a worker whose queue is full), and after a connection reset
  *   or closed before any response byte. A reset is different from the others: the server may have received the
  *   request and died of it (a batch that runs it out of memory, say), and replaying it on every server would take
- *   the fleet down one by one, so such a request moves on once at most. Every retry but a failed connect's needs
- *   room in the retry budget.
+ *   the fleet down one by one, so such a request moves on once at most. Only a 503's retry needs room in the retry
+ *   budget: a failed connect cost no server anything, and a reset is one dead or dying host (a SIGKILLed worker
+ *   resets every request it holds at once), which the budget must not turn into failed requests; the once-only rule
+ *   already bounds what resets can add (Envoy gets there by ejecting the host before the budget counts).
  * - Anything after the first response byte, and timeouts (the server may still be working on it), end the request.
  * - One deadline covers the whole request (the model's `request_timeout_ms`): queueing, every attempt, backoff.
  * - A client that goes away cancels its upstream request, so the worker stops spending time on it.
@@ -25,7 +27,7 @@ import { Admission, hasRoom, type AbortSignalLike, type AdmissionSettings, type 
 import { Exchange, type ExchangeSettings } from './exchange.ts'
 import { upstreamRequestHeaders } from './headers.ts'
 import {
-  backoffMs, DEFAULT_RETRY_SETTINGS, RetryBudget, type RetryCause, type RetryDenial, type RetrySettings
+  backoffMs, DEFAULT_RETRY_SETTINGS, RetryBudget, type RetryCause, type RetrySettings
 } from './retry-policy.ts'
 import {
   type ForwardObserver, type ForwardRequest, type ForwardResult, type ForwardTarget, type RoutePolicy, type UpstreamResponse
@@ -154,21 +156,22 @@ export class Forwarder {
         ctx.exclude.add(endpoint)
         // Nowhere left to go is not a denial; it ends the request the same way, without counting a retry.
         const exhausted = ctx.exclude.size >= candidates.length
-        // A failed connect costs no server anything (the request never left), so its retry needs no budget: that
-        // keeps a killed worker from failing requests while its death is being noticed. The others take a slot.
+        // Only a 503's retry takes a budget slot (see the header): a failed connect or a reset, whose retry moves on
+        // once at most, is a host that went away, and a killed worker must not fail its requests while its death is
+        // being noticed.
         const denial = exhausted
           ? undefined
           : retries >= policy.maxRetries
             ? 'max_retries'
-            : cause === 'connect_failure' || this.budget.tryStartRetry() ? undefined : 'budget'
+            : cause !== 'unavailable' || this.budget.tryStartRetry() ? undefined : 'budget'
         if (exhausted || denial !== undefined) {
           if (denial !== undefined) this.#observer.retryDenied?.(model, denial)
           // A worker's 503 is passed on as it is; a transport failure becomes the gateway's own error.
           return result.ok
             ? { ok: true, endpoint, response: result.response }
-            : { ok: false, endpoint, error: this.#failureError(result, model, ctx, endpoint, denial) }
+            : { ok: false, endpoint, error: this.#failureError(result, model, ctx, endpoint) }
         }
-        retrying = cause !== 'connect_failure'
+        retrying = cause === 'unavailable'
         retries++
         this.#observer.retry?.(model, cause)
         const pause = backoffMs(retries, cause, this.#retries, this.#random)
@@ -254,25 +257,15 @@ export class Forwarder {
         ? createError('GW_ERR_REQUEST_TIMEOUT', model, policy.timeoutMs, 'waiting for a server under its in-flight limit')
         : createError('GW_ERR_QUEUE_TIMEOUT', model, this.#admissionSettings.queueTimeoutMs)
     }
-    if (lastFailure !== undefined) return this.#failureError(lastFailure, model, ctx, last, undefined)
+    if (lastFailure !== undefined) return this.#failureError(lastFailure, model, ctx, last)
     return createError('GW_ERR_NO_UPSTREAM', model, 'none', 'no server was available')
   }
 
-  /** The error for a failed attempt that will not be retried: who was tried, what happened last, and why no more. */
-  #failureError (
-    failure: AttemptFailure,
-    model: string,
-    ctx: AttemptContext,
-    last: Endpoint | undefined,
-    denial: RetryDenial | undefined
-  ): FlotillaError {
-    const spent = denial === 'budget' ? ' (not retried: the retry budget is spent)' : ''
-    if (failure.kind === 'final') return failure.error
-    if (failure.kind === 'reset') {
-      return spent === '' ? failure.error : wrapError('GW_ERR_UPSTREAM_BROKEN', failure.cause, last?.name ?? '?', model, describeError(failure.cause) + spent)
-    }
+  /** The error for a failed attempt that will not be retried: who was tried and what happened last. */
+  #failureError (failure: AttemptFailure, model: string, ctx: AttemptContext, last: Endpoint | undefined): FlotillaError {
+    if (failure.kind !== 'unreachable') return failure.error
     const tried = ctx.exclude === undefined ? 'none' : [...ctx.exclude].map((e) => e.name).join(', ')
-    return wrapError('GW_ERR_NO_UPSTREAM', failure.cause, model, tried, `${last?.name ?? '?'}: ${describeError(failure.cause)}${spent}`)
+    return wrapError('GW_ERR_NO_UPSTREAM', failure.cause, model, tried, `${last?.name ?? '?'}: ${describeError(failure.cause)}`)
   }
 
   /** Waits `ms` unless the deadline comes first or the client leaves; true when the full pause was taken. */

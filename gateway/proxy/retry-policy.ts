@@ -6,12 +6,12 @@
  * response byte (once only: see `forward.ts`), and a 503 (a worker whose queue is full, or not ready). Always on
  * another server, never the same one (Envoy's `previous_hosts` predicate).
  *
- * How much: at most `max_retries` per request, and a retry budget as Envoy's: retries in progress may not exceed
- * `budget_percent` of the requests in progress, with a floor of `min_concurrent`, so that when the whole fleet is
- * failing the gateway does not multiply its load (a fixed retry count alone triples it at max_retries 2). Unlike
- * Envoy, a retry after a failed connect needs no budget: the request never reached a server, so sending it to
- * another adds no load that routing it there first would not have, and a worker that was just killed then costs
- * no request while the gateway learns of its death.
+ * How much: at most `max_retries` per request, and a retry budget as Envoy's for 503s: their retries in progress
+ * may not exceed `budget_percent` of the requests in progress, with a floor of `min_concurrent`, so that when the
+ * whole fleet is overloaded the gateway does not multiply its load (a fixed retry count alone triples it at
+ * max_retries 2). Unlike Envoy, a retry after a failed connect or a reset needs no budget: a failed connect never
+ * reached a server, and a reset (retried once at most, so it can at most double what reaches the fleet) is a host
+ * that went away, so a worker that was just killed costs no request while the gateway learns of its death.
  *
  * How fast: full jitter (a uniform draw between 0 and `min(cap, base × 2^n)`), Envoy's 25 ms base and 250 ms cap,
  * so retries of a burst spread out instead of arriving together. A connect failure is retried at once: nothing
