@@ -236,7 +236,7 @@ t.test('the scheduler is the one createScheduler returns, with the version\'s in
   } as unknown as Scheduler)
   const mod = await t.mockImport<typeof import('../../../worker/repository/model-repository.ts')>(
     '../../../worker/repository/model-repository.ts',
-    { '../../../worker/scheduler/create-scheduler.js': { createScheduler: (o: SchedulerOptions) => { built.push(o); return fake(o) } } })
+    { '../../../worker/scheduler/create-scheduler.ts': { createScheduler: (o: SchedulerOptions) => { built.push(o); return fake(o) } } })
   const observer: SchedulerObserver = { requestDone () {}, batchDone () {} }
   const { repo, logs } = await repository(t, {
     b: { 'config.pbtxt': cfg('b', 'instance_group [ { count: 2 kind: KIND_CPU } ]\ndynamic_batching { max_queue_delay_microseconds: 100 }'), 1: {} }
