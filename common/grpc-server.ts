@@ -4,6 +4,7 @@
  * features Flotilla does not have answered as Triton answers with them compiled out (never left unimplemented to
  * hang a client), `grpc.health.v1.Health` for Kubernetes probes, and server reflection.
  */
+import { type Http2Server, type ServerHttp2Session } from 'node:http2'
 import { createRequire } from 'node:module'
 import * as grpc from '@grpc/grpc-js'
 import { createError } from './errors.ts'
@@ -38,7 +39,9 @@ export function createGrpcServer (
   const server = new grpc.Server({
     'grpc.max_receive_message_length': options.maxMessageBytes,
     // Answers are as large as the model makes them; refusing one would fail a request the client cannot fix.
-    'grpc.max_send_message_length': -1
+    'grpc.max_send_message_length': -1,
+    // channelz (grpc's introspection service, which Flotilla does not serve) would track every call and socket.
+    'grpc.enable_channelz': 0
   })
   sizeSettings.set(options.maxMessageBytes, options.maxMessageSetting)
   server.addService(definition, { ...handlers, ...FEATURE_OFF_HANDLERS } as unknown as grpc.UntypedServiceImplementation)
@@ -52,8 +55,12 @@ export function listenGrpc (server: grpc.Server, host: string, port: number): Pr
   const address = `${host.includes(':') ? `[${host}]` : host}:${port}`
   return new Promise((resolve, reject) => {
     server.bindAsync(address, grpc.ServerCredentials.createInsecure(), (err, bound) => {
-      if (err !== null) reject(err)
-      else resolve(bound)
+      if (err !== null) {
+        reject(err)
+        return
+      }
+      widenFlowControl(server)
+      resolve(bound)
     })
   })
 }
@@ -156,6 +163,33 @@ function healthHandlers (ready: () => boolean): HealthServiceHandlers {
     }
   }
 }
+
+/** HTTP/2 flow control for the server's connections: see {@link widenFlowControl}. */
+export const GRPC_STREAM_WINDOW_BYTES = 4 * 1024 * 1024
+export const GRPC_CONNECTION_WINDOW_BYTES = 16 * 1024 * 1024
+export const GRPC_MAX_FRAME_BYTES = 1024 * 1024
+
+/**
+ * Node's HTTP/2 defaults (a 64 KiB window, 16 KiB frames) make a client send a 588 KiB image tensor in 37 frames, each
+ * an event in JavaScript, and wait for window updates between them; Triton's C++ gRPC grows its windows by probing
+ * the bandwidth-delay product instead. grpc-js exposes no server option for either, so each session's settings are
+ * raised as it opens: about half the gateway's CPU per large gRPC request, and half its latency (bench/README.md,
+ * "protocol"). It reaches into grpc-js's `http2Servers` map (not public API); should a release rename it, the
+ * defaults stay and test/common/grpc-server.test.ts fails.
+ */
+function widenFlowControl (server: grpc.Server): void {
+  const servers = (server as unknown as { http2Servers?: Map<Http2Server, unknown> }).http2Servers
+  if (!(servers instanceof Map)) return
+  for (const http2Server of servers.keys()) {
+    if (widened.has(http2Server)) continue
+    widened.add(http2Server)
+    http2Server.on('session', (session: ServerHttp2Session) => {
+      session.settings({ initialWindowSize: GRPC_STREAM_WINDOW_BYTES, maxFrameSize: GRPC_MAX_FRAME_BYTES })
+      session.setLocalWindowSize(GRPC_CONNECTION_WINDOW_BYTES)
+    })
+  }
+}
+const widened = new WeakSet<Http2Server>()
 
 /** A status as grpc-js's base call sends it. */
 interface SentStatus { code: grpc.status, details?: string, metadata?: grpc.Metadata | null }

@@ -52,13 +52,16 @@ export const INFERENCE_SERVICE_NAME = 'inference.GRPCInferenceService'
 export const HEALTH_SERVICE_NAME = 'grpc.health.v1.Health'
 
 /**
- * Channel options for Flotilla's gRPC servers and clients. Triton accepts and sends messages up to INT32_MAX bytes;
+ * Channel options for Flotilla's gRPC clients. Triton accepts and sends messages up to INT32_MAX bytes;
  * grpc-js refuses to receive more than 4 MiB unless told otherwise (its send limit is already unlimited), which
  * would cut off any tensor past a 1024x1024 FP32 image.
  */
 export const GRPC_MESSAGE_SIZE_OPTIONS: Readonly<grpc.ChannelOptions> = Object.freeze({
   'grpc.max_receive_message_length': 2147483647,
-  'grpc.max_send_message_length': 2147483647
+  'grpc.max_send_message_length': 2147483647,
+  // A 4 MiB HTTP/2 window instead of 64 KiB, as our servers set theirs (common/grpc-server.ts): a large answer
+  // arrives without a wait for a window update every 64 KiB.
+  'grpc-node.flow_control_window': 4 * 1024 * 1024
 })
 
 // ---------------------------------------------------------------------------------------------------------------
