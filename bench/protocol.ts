@@ -28,6 +28,7 @@
  *   npx tsc -p . && node dist/bench/protocol.js
  *   BENCH_DURATION_S [5]  BENCH_WARMUP_S [1]  BENCH_CONCURRENCY [8]  BENCH_MLP_CONCURRENCY [16]  BENCH_UPSTREAM_N [2000]
  *   BENCH_SIMPLE_RATE [800]  BENCH_IMAGE_RATE [40]  BENCH_ROUNDS [2]  BENCH_CASES [all: image,simple,mlp,upstream]
+ *   BENCH_TARGETS [gateway,worker] (the closed-loop table's)
  */
 import { fork, spawn, type ChildProcess } from 'node:child_process'
 import { cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
@@ -56,6 +57,7 @@ const IMAGE_RATE = intEnv('BENCH_IMAGE_RATE', 40, 1)
 /** Alternating runs of each compared pair, averaged. */
 const ROUNDS = intEnv('BENCH_ROUNDS', 2, 1)
 const CASES = new Set((process.env.BENCH_CASES ?? 'image,simple,mlp,upstream').split(','))
+const TARGETS = new Set((process.env.BENCH_TARGETS ?? 'gateway,worker').split(','))
 
 const HERE = dirname(fileURLToPath(import.meta.url))
 const ROOT = resolve(HERE, '..', '..')
@@ -322,6 +324,7 @@ async function main (): Promise<void> {
     const cells: Cell[] = []
     for (const model of ['image', 'simple'].filter((m) => CASES.has(m))) {
       for (const [target, server] of [['gateway', gateway], ['worker', worker]] as const) {
+        if (!TARGETS.has(target)) continue
         for (const protocol of PROTOCOLS) cells.push(await measure(model, target, protocol, server, { concurrency: CONCURRENCY }))
       }
     }
