@@ -1,5 +1,6 @@
 /** The fleet file shown in the README is what users copy: it must load as shown. */
-import { readFileSync } from 'node:fs'
+import { existsSync, readFileSync } from 'node:fs'
+import { resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
 import { balancerNames, hasBalancer, validateBalancerOptions } from '../../gateway/balancer/registry.ts'
@@ -17,4 +18,16 @@ t.test('the README fleet file example loads', async (t) => {
   })
   t.equal(config.inference_servers[0]?.max_in_flight, 8)
   t.ok(config.models.simple, 'the per-model example is there')
+})
+
+t.test('every relative link in the README names a file of the repository', async (t) => {
+  const text = readFileSync(README, 'utf8')
+  const root = fileURLToPath(new URL('../../', import.meta.url))
+  const links = [...text.matchAll(/\]\(([^)#\s]+)(?:#[^)]*)?\)/g)].map((m) => m[1]!).filter((l) => !/^[a-z]+:/.test(l))
+  t.ok(links.includes('docs/architecture.md'), 'the architecture is linked')
+  for (const link of links) {
+    const path = resolve(root, link)
+    t.ok(path.startsWith(root) && existsSync(path), `${link} is in the repository`)
+  }
+  t.notMatch(text, /\.\.\/shared/, 'nothing outside the repository is referred to')
 })

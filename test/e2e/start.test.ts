@@ -25,7 +25,8 @@ t.test('flotilla start on free ports serves the README curl', async t => {
     child.once('exit', code => { clearTimeout(timer); reject(new Error(`flotilla start exited ${code}:\n${out}`)) })
   })
   t.match(out, /Flotilla demo fleet is up/)
-  t.match(out, /worker-1 .*models: simple, identity, simulated/)
+  t.match(out, /worker-1 .*gRPC \d+ .*models: simple, identity, simulated, mlp, transformer, cnn/, 'every worker has a gRPC port and serves every model')
+  t.match(out, /gateway .*gRPC 127\.0\.0\.1:\d+/)
   t.match(out, /worker-2 /)
 
   t.equal((await get(`${url}/v2/health/ready`)).status, 200)
