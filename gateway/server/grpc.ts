@@ -138,6 +138,8 @@ export function buildGatewayGrpc (options: GatewayGrpcOptions): grpc.Server {
       upstream: (to) => ({ method: 'POST', path: inferPath(model, to ?? version), headers, body, requestId, signal })
     }
     const result = await pipeline.run(modelCall)
+    // As the HTTP front: the fleet failing a request is worth a warning, a client's mistake is not.
+    if (!result.ok && result.error.statusCode >= 500) logger.warn({ code: result.error.code, endpoint: result.endpoint?.name, protocol: 'grpc' }, result.error.message)
     return { result, answer: answerOf(result, (status, answerBody, response) => status === 200
       ? { ok: true, value: rawToModelInferResponse(decodeRawHttpInferResponse(answerBody, parseInferenceHeaderLength(response.headers[INFERENCE_HEADER_CONTENT_LENGTH], answerBody.length))) }
       : { ok: false, error: grpcErrorFromHttp(status, answerBody) }) }

@@ -214,8 +214,9 @@ function sendUpstream (reply: FastifyReply, response: UpstreamResponse): Fastify
 function sendResult (request: FastifyRequest, reply: FastifyReply, result: ForwardResult): FastifyReply {
   if (result.ok) return sendUpstream(reply, result.response)
   if (result.endpoint !== undefined) reply.header(ENDPOINT_HEADER, result.endpoint.name)
-  // An upstream failure is the fleet's problem, not the gateway's: warn, not error.
-  request.log.warn({ code: result.error.code, endpoint: result.endpoint?.name }, result.error.message)
+  // An upstream failure is the fleet's problem, not the gateway's: warn, not error. A client's mistake (a model no
+  // server serves, a client that left) is not a problem at all.
+  if (result.error.statusCode >= 500) request.log.warn({ code: result.error.code, endpoint: result.endpoint?.name }, result.error.message)
   if (result.error.statusCode === 503) reply.header('retry-after', String(RETRY_AFTER_SECONDS))
   return reply.code(result.error.statusCode).type('application/json').send(errorBody(result.error.message))
 }

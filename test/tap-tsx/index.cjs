@@ -4,6 +4,8 @@
  * over some 90 files; tsx strips the types in milliseconds. Nothing is lost: `npm test` type-checks the whole tree
  * first (pretest: tsc), which ts-node in tap's transpile-only mode never did either.
  *
+ * `ensure-built.cjs` (npm test's pretest) builds tap with it on a fresh install.
+ *
  * A package of its own (a `file:` devDependency, named in tap's config by its file so that tap does not look for it
  * in the registry) because tap resolves plugins by module name from its own folder. CommonJS: tap require()s it.
  */
