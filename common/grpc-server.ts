@@ -7,11 +7,12 @@
 import { type Http2Server, type ServerHttp2Session } from 'node:http2'
 import { createRequire } from 'node:module'
 import * as grpc from '@grpc/grpc-js'
-import { createError } from './errors.ts'
+import { createError, type ErrorCode } from './errors.ts'
 import { type Logger } from './logger.ts'
-import { grpcErrorFrom } from './protocol/grpc/grpc-codec.ts'
+import { grpcErrorFrom, type GrpcErrorStatus } from './protocol/grpc/grpc-codec.ts'
 import {
-  addReflection, healthServiceDefinition, INFERENCE_SERVICE_NAME, type HealthServiceHandlers, type InferenceServiceHandlers
+  addHealthService, addInferenceService, addReflection, INFERENCE_SERVICE_NAME, type HealthServiceHandlers,
+  type InferenceServiceHandlers
 } from './protocol/grpc/grpc-service.ts'
 
 /** What a gRPC front needs to build its server. */
@@ -32,7 +33,6 @@ export interface GrpcServerOptions {
  */
 export function createGrpcServer (
   options: GrpcServerOptions,
-  definition: grpc.ServiceDefinition,
   handlers: Omit<InferenceServiceHandlers, keyof typeof FEATURE_OFF_HANDLERS>
 ): grpc.Server {
   rewordSizeRefusals()
@@ -44,8 +44,8 @@ export function createGrpcServer (
     'grpc.enable_channelz': 0
   })
   sizeSettings.set(options.maxMessageBytes, options.maxMessageSetting)
-  server.addService(definition, { ...handlers, ...FEATURE_OFF_HANDLERS } as unknown as grpc.UntypedServiceImplementation)
-  server.addService(healthServiceDefinition(), healthHandlers(options.ready) as unknown as grpc.UntypedServiceImplementation)
+  addInferenceService(server, { ...handlers, ...FEATURE_OFF_HANDLERS })
+  addHealthService(server, healthHandlers(options.ready))
   addReflection(server)
   return server
 }
@@ -102,10 +102,19 @@ export function modelVersionOf (version: string | undefined): string | undefined
   return version
 }
 
-/** A grpc-js ServiceError for `err`, to hand a unary callback. */
+/** A grpc-js ServiceError for a status, to hand a unary callback. */
+export function serviceError (status: GrpcErrorStatus): grpc.ServiceError {
+  return Object.assign(new Error(status.details), status, { metadata: new grpc.Metadata() }) as grpc.ServiceError
+}
+
+/** A grpc-js ServiceError for `err` (see {@link grpcStatusOf}), to hand a unary callback. */
 export function grpcError (err: unknown): grpc.ServiceError {
-  const status = grpcStatusOf(err)
-  return Object.assign(new Error(status.details), status) as grpc.ServiceError
+  return serviceError(grpcErrorFrom(err))
+}
+
+/** A unary handler that refuses every call with `code`'s error. */
+function refuse (code: ErrorCode): grpc.handleUnaryCall<unknown, never> {
+  return (_call, callback) => { callback(grpcError(createError(code))) }
 }
 
 /**
@@ -115,13 +124,13 @@ export function grpcError (err: unknown): grpc.ServiceError {
  */
 export const FEATURE_OFF_HANDLERS = Object.freeze({
   SystemSharedMemoryStatus: ((_call, callback) => { callback(null, { regions: {} }) }) satisfies InferenceServiceHandlers['SystemSharedMemoryStatus'],
-  SystemSharedMemoryRegister: ((_call, callback) => { callback(grpcError(createError('FLT_ERR_SHARED_MEMORY_DISABLED'))) }) satisfies InferenceServiceHandlers['SystemSharedMemoryRegister'],
-  SystemSharedMemoryUnregister: ((_call, callback) => { callback(grpcError(createError('FLT_ERR_SHARED_MEMORY_DISABLED'))) }) satisfies InferenceServiceHandlers['SystemSharedMemoryUnregister'],
+  SystemSharedMemoryRegister: refuse('FLT_ERR_SHARED_MEMORY_DISABLED') satisfies InferenceServiceHandlers['SystemSharedMemoryRegister'],
+  SystemSharedMemoryUnregister: refuse('FLT_ERR_SHARED_MEMORY_DISABLED') satisfies InferenceServiceHandlers['SystemSharedMemoryUnregister'],
   CudaSharedMemoryStatus: ((_call, callback) => { callback(null, { regions: {} }) }) satisfies InferenceServiceHandlers['CudaSharedMemoryStatus'],
-  CudaSharedMemoryRegister: ((_call, callback) => { callback(grpcError(createError('FLT_ERR_SHARED_MEMORY_DISABLED'))) }) satisfies InferenceServiceHandlers['CudaSharedMemoryRegister'],
-  CudaSharedMemoryUnregister: ((_call, callback) => { callback(grpcError(createError('FLT_ERR_SHARED_MEMORY_DISABLED'))) }) satisfies InferenceServiceHandlers['CudaSharedMemoryUnregister'],
-  TraceSetting: ((_call, callback) => { callback(grpcError(createError('FLT_ERR_TRACE_UNSUPPORTED'))) }) satisfies InferenceServiceHandlers['TraceSetting'],
-  LogSettings: ((_call, callback) => { callback(grpcError(createError('FLT_ERR_LOGGING_UNSUPPORTED'))) }) satisfies InferenceServiceHandlers['LogSettings']
+  CudaSharedMemoryRegister: refuse('FLT_ERR_SHARED_MEMORY_DISABLED') satisfies InferenceServiceHandlers['CudaSharedMemoryRegister'],
+  CudaSharedMemoryUnregister: refuse('FLT_ERR_SHARED_MEMORY_DISABLED') satisfies InferenceServiceHandlers['CudaSharedMemoryUnregister'],
+  TraceSetting: refuse('FLT_ERR_TRACE_UNSUPPORTED') satisfies InferenceServiceHandlers['TraceSetting'],
+  LogSettings: refuse('FLT_ERR_LOGGING_UNSUPPORTED') satisfies InferenceServiceHandlers['LogSettings']
 })
 
 /** How often `Health/Watch` looks at readiness again; it sends only changes. */

@@ -142,6 +142,14 @@ export class ModelPipeline {
   }
 }
 
+/**
+ * The path of a model route upstream, as the HTTP API spells it: `/v2/models/<model>[/versions/<version>]<suffix>`
+ * (`suffix` '' for metadata, or '/infer', '/ready', '/config', '/stats').
+ */
+export function modelPath (model: string, version: string | undefined, suffix: string): string {
+  return `/v2/models/${encodeURIComponent(model)}${version === undefined ? '' : `/versions/${version}`}${suffix}`
+}
+
 /** The 404 for a model (or model version) no server lists, or `undefined` when some server does list it. */
 function notServedError (fleet: Fleet, model: string, version: string | undefined): FlotillaError | undefined {
   if (!fleet.servesModel(model)) {

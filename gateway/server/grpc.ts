@@ -17,8 +17,8 @@
  * {@link GrpcStream}.
  */
 import * as grpc from '@grpc/grpc-js'
-import { createError } from '../../common/errors.ts'
-import { createGrpcServer, grpcError, modelVersionOf } from '../../common/grpc-server.ts'
+import { createError, isFlotillaError } from '../../common/errors.ts'
+import { createGrpcServer, grpcError, modelVersionOf, serviceError } from '../../common/grpc-server.ts'
 import { requestIdGenerator } from '../../common/http-server.ts'
 import { type Logger } from '../../common/logger.ts'
 import { INFERENCE_HEADER_CONTENT_LENGTH, decodeRawHttpInferResponse, encodeRawHttpInferRequest, parseInferenceHeaderLength } from '../../common/protocol/binary-codec.ts'
@@ -26,7 +26,6 @@ import {
   grpcErrorFrom, grpcErrorFromHttp, modelConfigToMessage, modelInferRequestToRaw, modelMetadataToMessage,
   modelStatisticsToMessage, rawToModelInferResponse, repositoryIndexToMessage, serverMetadataToMessage, type GrpcErrorStatus
 } from '../../common/protocol/grpc/grpc-codec.ts'
-import { inferenceServiceDefinition } from '../../common/protocol/grpc/grpc-service.ts'
 import {
   type ModelInferRequestMessage, type ModelInferResponseMessage, type ModelReadyRequest, type ModelReadyResponse,
   type ModelStreamInferResponseMessage
@@ -35,7 +34,7 @@ import { type Fleet } from '../fleet/fleet.ts'
 import { type Endpoint } from '../fleet/types.ts'
 import { type Forwarder } from '../proxy/forward.ts'
 import { ENDPOINT_HEADER, REQUEST_ID_HEADER, upstreamRequestHeaders } from '../proxy/headers.ts'
-import { type ModelCall, type ModelPipeline } from '../proxy/pipeline.ts'
+import { modelPath, type ModelCall, type ModelPipeline } from '../proxy/pipeline.ts'
 import { type ForwardRequest, type ForwardResult, type UpstreamResponse } from '../proxy/types.ts'
 import { ClientGone } from './client-gone.ts'
 import { gatewayMetadata } from './gateway-metadata.ts'
@@ -58,54 +57,54 @@ const FORWARDED_METADATA = ['traceparent', 'tracestate'] as const
 /** An answer for the client, or the status to fail the call with. */
 type Answer<T> = { readonly ok: true, readonly value: T } | { readonly ok: false, readonly error: GrpcErrorStatus }
 
+/** A unary call's answer and the server that gave it, when one did. */
+interface Reply<T> { readonly endpoint?: string | undefined, readonly answer: Answer<T> }
+
 /** Builds (does not bind) the gateway's gRPC server: the inference service, health and reflection. */
 export function buildGatewayGrpc (options: GatewayGrpcOptions): grpc.Server {
   const { fleet, pipeline, forwarder, logger } = options
   const nextRequestId = requestIdGenerator()
 
-  /** Ends a unary call: the answer (naming the server when one answered), or its error status. */
-  const reply = <T>(call: grpc.ServerUnaryCall<unknown, T>, callback: grpc.sendUnaryData<T>, endpoint: string | undefined, answer: Answer<T>): void => {
-    if (endpoint !== undefined && endpoint !== '') {
-      const metadata = new grpc.Metadata()
-      metadata.set(ENDPOINT_HEADER, endpoint)
-      call.sendMetadata(metadata)
+  /**
+   * A unary call: `handle` resolves with the answer and the server that gave it (named in the response metadata); a
+   * throw or rejection ends the call with the error's status, logged when it is not the client's doing.
+   */
+  const unary = <Req, Res>(handle: (call: grpc.ServerUnaryCall<Req, Res>) => Promise<Reply<Res>>): grpc.handleUnaryCall<Req, Res> =>
+    (call, callback) => {
+      handle(call).then(({ endpoint, answer }) => {
+        if (endpoint !== undefined && endpoint !== '') {
+          const metadata = new grpc.Metadata()
+          metadata.set(ENDPOINT_HEADER, endpoint)
+          call.sendMetadata(metadata)
+        }
+        if (answer.ok) callback(null, answer.value)
+        else callback(serviceError(answer.error))
+      }, (err: unknown) => {
+        if (!isFlotillaError(err) || err.statusCode >= 500) logger.error({ err }, 'gRPC call failed')
+        callback(grpcError(err))
+      })
     }
-    if (answer.ok) callback(null, answer.value)
-    else callback(Object.assign(new Error(answer.error.details), answer.error) as grpc.ServiceError)
-  }
 
   /** A model route's GET (metadata, ready, config) through the pipeline, its JSON answer as a message. */
   const modelRead = <Req extends { name: string, version?: string }, Res>(
     suffix: string, toMessage: (status: number, body: Buffer) => Answer<Res>
-  ): grpc.handleUnaryCall<Req, Res> => (call, callback) => {
-    let version: string | undefined
-    try {
-      version = modelVersionOf(call.request.version)
-    } catch (err) {
-      callback(grpcError(err))
-      return
-    }
+  ): grpc.handleUnaryCall<Req, Res> => unary(async (call) => {
     const model = call.request.name
-    const path = `/v2/models/${encodeURIComponent(model)}${version === undefined ? '' : `/versions/${version}`}${suffix}`
-    const upstream = upstreamRequest(call, 'GET', path, undefined, nextRequestId)
-    pipeline.run({ model, version, inference: false, protocol: 'grpc', header: metadataHeader(call.metadata), upstream: () => upstream })
-      .then((result) => { reply(call, callback, result.endpoint?.name, answerOf(result, toMessage)) }, (err: unknown) => {
-        logger.error({ err }, 'gRPC call failed')
-        callback(grpcError(err))
-      })
-  }
+    const version = modelVersionOf(call.request.version)
+    const upstream = upstreamRequest(call, 'GET', modelPath(model, version, suffix), undefined, nextRequestId)
+    const result = await pipeline.run({ model, version, inference: false, protocol: 'grpc', header: metadataHeader(call.metadata), upstream: () => upstream })
+    return { endpoint: result.endpoint?.name, answer: answerOf(result, toMessage) }
+  })
 
   /** Statistics or the index: every server concerned asked, the answers merged as the HTTP front merges them. */
-  const fanOut = async (call: grpc.ServerUnaryCall<unknown, unknown>, method: string, path: string, body: string | undefined,
-    endpoints: readonly Endpoint[]): Promise<readonly ForwardResult[]> => {
+  const fanOut = async <Res>(call: grpc.ServerUnaryCall<unknown, Res>, method: string, path: string, body: string | undefined,
+    endpoints: readonly Endpoint[], merge: (answers: readonly ForwardResult[]) => Merged, toMessage: (json: unknown) => Res): Promise<Reply<Res>> => {
     const request = upstreamRequest(call, method, path, body === undefined ? undefined : Buffer.from(body), nextRequestId)
     const headers = upstreamRequestHeaders(request.headers, request.requestId)
-    return Promise.all(endpoints.map((e) => forwarder.sendTo(e, request, headers, options.fanOutTimeoutMs)))
-  }
-  const sendMerged = <Res>(call: grpc.ServerUnaryCall<unknown, Res>, callback: grpc.sendUnaryData<Res>, merged: Merged, toMessage: (json: unknown) => Res): void => {
-    if ('body' in merged) reply(call, callback, merged.answered.join(', '), { ok: true, value: toMessage(JSON.parse(merged.body)) })
-    else if ('passOn' in merged) reply(call, callback, undefined, { ok: false, error: grpcErrorFromHttp(merged.passOn.statusCode, merged.passOn.body) })
-    else reply(call, callback, undefined, { ok: false, error: grpcErrorFrom(merged.error) })
+    const merged = merge(await Promise.all(endpoints.map((e) => forwarder.sendTo(e, request, headers, options.fanOutTimeoutMs))))
+    if ('body' in merged) return { endpoint: merged.answered.join(', '), answer: { ok: true, value: toMessage(JSON.parse(merged.body)) } }
+    if ('passOn' in merged) return { answer: { ok: false, error: grpcErrorFromHttp(merged.passOn.statusCode, merged.passOn.body) } }
+    return { answer: { ok: false, error: grpcErrorFrom(merged.error) } }
   }
 
   /** One ModelInfer (unary, or one message of a stream) through the pipeline. */
@@ -135,7 +134,7 @@ export function buildGatewayGrpc (options: GatewayGrpcOptions): grpc.Server {
       preferred,
       header: metadataHeader(call.metadata),
       // A canary split by versions names the version; the body is the same either way.
-      upstream: (to) => ({ method: 'POST', path: inferPath(model, to ?? version), headers, body, requestId, signal })
+      upstream: (to) => ({ method: 'POST', path: modelPath(model, to ?? version, '/infer'), headers, body, requestId, signal })
     }
     const result = await pipeline.run(modelCall)
     // As the HTTP front: the fleet failing a request is worth a warning, a client's mistake is not.
@@ -151,7 +150,7 @@ export function buildGatewayGrpc (options: GatewayGrpcOptions): grpc.Server {
     // As the HTTP front's readiness: somewhere to send requests.
     ready: () => fleet.endpoints.length > 0,
     logger
-  }, inferenceServiceDefinition(), {
+  }, {
     ServerLive: (_call, callback) => { callback(null, { live: true }) },
     ServerReady: (_call, callback) => { callback(null, { ready: fleet.endpoints.length > 0 }) },
     ServerMetadata: (_call, callback) => { callback(null, serverMetadataToMessage(gatewayMetadata())) },
@@ -163,44 +162,26 @@ export function buildGatewayGrpc (options: GatewayGrpcOptions): grpc.Server {
           : { ok: false, error: grpcErrorFromHttp(status, body) }),
     ModelMetadata: modelRead('', jsonAnswer(modelMetadataToMessage)),
     ModelConfig: modelRead('/config', jsonAnswer(modelConfigToMessage)),
-    ModelStatistics: (call, callback) => {
-      let version: string | undefined
-      try {
-        version = modelVersionOf(call.request.version)
-      } catch (err) {
-        callback(grpcError(err))
-        return
-      }
+    ModelStatistics: unary(async (call) => {
+      const version = modelVersionOf(call.request.version)
       const model = call.request.name === undefined || call.request.name === '' ? undefined : call.request.name
       const { endpoints, error } = model === undefined ? pipeline.fanOutTargets() : pipeline.fanOutTargets(model, version)
-      if (error !== undefined) {
-        callback(grpcError(error))
-        return
-      }
-      const path = model === undefined ? '/v2/models/stats'
-        : `/v2/models/${encodeURIComponent(model)}${version === undefined ? '' : `/versions/${version}`}/stats`
-      fanOut(call, 'GET', path, undefined, endpoints).then((answers) => {
-        sendMerged(call, callback, mergeStatistics(answers), modelStatisticsToMessage)
-      }, (err: unknown) => { callback(grpcError(err)) })
-    },
-    RepositoryIndex: (call, callback) => {
+      if (error !== undefined) throw error
+      const path = model === undefined ? '/v2/models/stats' : modelPath(model, version, '/stats')
+      return fanOut(call, 'GET', path, undefined, endpoints, mergeStatistics, modelStatisticsToMessage)
+    }),
+    RepositoryIndex: unary(async (call) => {
       const body = JSON.stringify({ ready: call.request.ready === true })
-      fanOut(call, 'POST', '/v2/repository/index', body, pipeline.fanOutTargets().endpoints).then((answers) => {
-        sendMerged(call, callback, mergeIndexes(answers), repositoryIndexToMessage)
-      }, (err: unknown) => { callback(grpcError(err)) })
-    },
+      return fanOut(call, 'POST', '/v2/repository/index', body, pipeline.fanOutTargets().endpoints, mergeIndexes, repositoryIndexToMessage)
+    }),
     RepositoryModelLoad: (_call, callback) => { callback(grpcError(createError('GW_ERR_NOT_ROUTED', 'RepositoryModelLoad'))) },
     RepositoryModelUnload: (_call, callback) => { callback(grpcError(createError('GW_ERR_NOT_ROUTED', 'RepositoryModelUnload'))) },
-    ModelInfer: (call, callback) => {
+    ModelInfer: unary(async (call) => {
       const gone = new ClientGone()
       call.on('cancelled', () => { gone.abort() })
-      infer(call, call.request, undefined, gone).then(({ result, answer }) => {
-        reply(call, callback, result?.endpoint?.name, answer)
-      }, (err: unknown) => {
-        logger.error({ err }, 'gRPC ModelInfer failed')
-        callback(grpcError(err))
-      })
-    },
+      const { result, answer } = await infer(call, call.request, undefined, gone)
+      return { endpoint: result?.endpoint?.name, answer }
+    }),
     ModelStreamInfer: (call) => { new GrpcStream(call, infer).start() }
   })
 }
@@ -309,10 +290,6 @@ function jsonAnswer<T> (toMessage: (json: unknown) => T): (status: number, body:
   return (status, body) => status === 200
     ? { ok: true, value: toMessage(JSON.parse(body.toString('utf8'))) }
     : { ok: false, error: grpcErrorFromHttp(status, body) }
-}
-
-function inferPath (model: string, version: string | undefined): string {
-  return `/v2/models/${encodeURIComponent(model)}${version === undefined ? '' : `/versions/${version}`}/infer`
 }
 
 /** The upstream request for a non-inference call. */

@@ -15,7 +15,7 @@ import { type EndpointHealthView } from '../health/fleet-health.ts'
 import { type Forwarder } from '../proxy/forward.ts'
 import { ENDPOINT_HEADER, REQUEST_ID_HEADER, upstreamRequestHeaders } from '../proxy/headers.ts'
 import { type ModelPolicies } from '../proxy/model-policy.ts'
-import { type ModelCall, type ModelPipeline } from '../proxy/pipeline.ts'
+import { modelPath, type ModelCall, type ModelPipeline } from '../proxy/pipeline.ts'
 import { type ForwardRequest, type ForwardResult, type UpstreamResponse } from '../proxy/types.ts'
 import { ClientGone } from './client-gone.ts'
 import { fleetView } from './fleet-view.ts'
@@ -175,7 +175,7 @@ class HttpModelCall implements ModelCall {
     const request = this.#request
     if (version === undefined) return forwardRequestOf(request, this.#reply)
     // A canary's split by versions: the same call, on the chosen version's path, query kept.
-    const path = `/v2/models/${encodeURIComponent(this.model)}/versions/${version}/infer${queryOf(request.url)}`
+    const path = modelPath(this.model, version, '/infer') + queryOf(request.url)
     return forwardRequestOf(request, this.#reply, path)
   }
 }

@@ -18,7 +18,6 @@ import {
   decodeModelInferRequest, encodeModelInferResponse, modelConfigToMessage, modelMetadataToMessage,
   modelStatisticsToMessage, repositoryIndexToMessage, serverMetadataToMessage
 } from '../../common/protocol/grpc/grpc-codec.ts'
-import { inferenceServiceDefinition } from '../../common/protocol/grpc/grpc-service.ts'
 import {
   type ModelInferRequestMessage, type ModelInferResponseMessage, type ModelStreamInferResponseMessage
 } from '../../common/protocol/grpc/messages.ts'
@@ -129,7 +128,7 @@ export function buildWorkerGrpc (options: WorkerGrpcOptions): grpc.Server {
     maxMessageSetting: 'the worker flag --grpc-max-message-bytes',
     ready: () => service.ready(),
     logger
-  }, inferenceServiceDefinition(), {
+  }, {
     ServerLive: unary(() => ({ live: service.live() })),
     ServerReady: unary(() => ({ ready: service.ready() })),
     ServerMetadata: unary(() => serverMetadataToMessage(service.serverMetadata())),
