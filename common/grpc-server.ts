@@ -14,6 +14,9 @@ import {
   addHealthService, addInferenceService, addReflection, INFERENCE_SERVICE_NAME, type HealthServiceHandlers,
   type InferenceServiceHandlers
 } from './protocol/grpc/grpc-service.ts'
+import {
+  type ModelInferRequestMessage, type ModelInferResponseMessage, type ModelStreamInferResponseMessage
+} from './protocol/grpc/messages.ts'
 
 /** What a gRPC front needs to build its server. */
 export interface GrpcServerOptions {
@@ -100,6 +103,66 @@ export function modelVersionOf (version: string | undefined): string | undefined
       '(details: not a decimal integer), version should be an integral value > 0')
   }
   return version
+}
+
+/** An answer for a client, or the status to fail its call with. */
+export type GrpcAnswer<T> = { readonly ok: true, readonly value: T } | { readonly ok: false, readonly error: GrpcErrorStatus }
+
+/**
+ * Triton's ModelStreamInfer, for both fronts: each message an independent request, answered as soon as `handle`
+ * settles (not in arrival order: every answer carries its request's id); a failed one is answered with
+ * `error_message` (and its request's id and model) and the stream stays open, unless the client opened the stream
+ * with the metadata `triton_grpc_error: true`, which asks, as in Triton, for the first error to end the stream with
+ * its status. The stream ends once the client has half-closed it and every request is answered; nothing is written
+ * after the client cancelled it.
+ *
+ * @param handle one request's answer; a rejection is answered as the error's status
+ */
+export function serveInferStream (
+  call: grpc.ServerDuplexStream<ModelInferRequestMessage, ModelStreamInferResponseMessage>,
+  handle: (msg: ModelInferRequestMessage) => Promise<GrpcAnswer<ModelInferResponseMessage>>
+): void {
+  const statusOnError = call.metadata.get('triton_grpc_error')[0] === 'true'
+  let pending = 0
+  let halfClosed = false
+  let ended = false
+  const finish = (): void => {
+    if (!ended && halfClosed && pending === 0) {
+      ended = true
+      call.end()
+    }
+  }
+  const answer = (msg: ModelInferRequestMessage, result: GrpcAnswer<ModelInferResponseMessage>): void => {
+    if (ended || call.cancelled) return
+    if (result.ok) {
+      call.write({ error_message: '', infer_response: result.value })
+    } else if (statusOnError) {
+      ended = true
+      call.emit('error', { ...result.error, metadata: new grpc.Metadata() })
+    } else {
+      call.write({
+        error_message: result.error.details,
+        infer_response: { model_name: msg.model_name ?? '', model_version: msg.model_version ?? '', id: msg.id ?? '', outputs: [] }
+      })
+    }
+  }
+  call.on('data', (msg: ModelInferRequestMessage) => {
+    if (ended) return
+    pending++
+    handle(msg)
+      .catch((err: unknown): GrpcAnswer<ModelInferResponseMessage> => ({ ok: false, error: grpcErrorFrom(err) }))
+      .then((result) => { answer(msg, result) })
+      .finally(() => {
+        pending--
+        finish()
+      })
+  })
+  call.on('end', () => {
+    halfClosed = true
+    finish()
+  })
+  call.on('cancelled', () => { ended = true })
+  call.on('error', () => { ended = true })
 }
 
 /** A grpc-js ServiceError for a status, to hand a unary callback. */

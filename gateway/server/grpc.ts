@@ -14,17 +14,17 @@
  * merged as the HTTP front merges them), their JSON answers turned into the gRPC messages.
  *
  * Every answer names the server in the `x-flotilla-endpoint` response metadata. ModelStreamInfer: see
- * {@link GrpcStream}.
+ * {@link serveGatewayStream}.
  */
 import * as grpc from '@grpc/grpc-js'
 import { createError, isFlotillaError } from '../../common/errors.ts'
-import { createGrpcServer, grpcError, modelVersionOf, serviceError } from '../../common/grpc-server.ts'
+import { createGrpcServer, grpcError, modelVersionOf, serveInferStream, serviceError, type GrpcAnswer } from '../../common/grpc-server.ts'
 import { requestIdGenerator } from '../../common/http-server.ts'
 import { type Logger } from '../../common/logger.ts'
 import { INFERENCE_HEADER_CONTENT_LENGTH, decodeRawHttpInferResponse, encodeRawHttpInferRequest, parseInferenceHeaderLength } from '../../common/protocol/binary-codec.ts'
 import {
   grpcErrorFrom, grpcErrorFromHttp, modelConfigToMessage, modelInferRequestToRaw, modelMetadataToMessage,
-  modelStatisticsToMessage, rawToModelInferResponse, repositoryIndexToMessage, serverMetadataToMessage, type GrpcErrorStatus
+  modelStatisticsToMessage, rawToModelInferResponse, repositoryIndexToMessage, serverMetadataToMessage
 } from '../../common/protocol/grpc/grpc-codec.ts'
 import {
   type ModelInferRequestMessage, type ModelInferResponseMessage, type ModelReadyRequest, type ModelReadyResponse,
@@ -54,11 +54,8 @@ export interface GatewayGrpcOptions {
 /** Client metadata passed on upstream, as the HTTP front passes these headers on. */
 const FORWARDED_METADATA = ['traceparent', 'tracestate'] as const
 
-/** An answer for the client, or the status to fail the call with. */
-type Answer<T> = { readonly ok: true, readonly value: T } | { readonly ok: false, readonly error: GrpcErrorStatus }
-
 /** A unary call's answer and the server that gave it, when one did. */
-interface Reply<T> { readonly endpoint?: string | undefined, readonly answer: Answer<T> }
+interface Reply<T> { readonly endpoint?: string | undefined, readonly answer: GrpcAnswer<T> }
 
 /** Builds (does not bind) the gateway's gRPC server: the inference service, health and reflection. */
 export function buildGatewayGrpc (options: GatewayGrpcOptions): grpc.Server {
@@ -87,7 +84,7 @@ export function buildGatewayGrpc (options: GatewayGrpcOptions): grpc.Server {
 
   /** A model route's GET (metadata, ready, config) through the pipeline, its JSON answer as a message. */
   const modelRead = <Req extends { name: string, version?: string }, Res>(
-    suffix: string, toMessage: (status: number, body: Buffer) => Answer<Res>
+    suffix: string, toMessage: (status: number, body: Buffer) => GrpcAnswer<Res>
   ): grpc.handleUnaryCall<Req, Res> => unary(async (call) => {
     const model = call.request.name
     const version = modelVersionOf(call.request.version)
@@ -109,7 +106,7 @@ export function buildGatewayGrpc (options: GatewayGrpcOptions): grpc.Server {
 
   /** One ModelInfer (unary, or one message of a stream) through the pipeline. */
   const infer = async (call: grpc.ServerUnaryCall<ModelInferRequestMessage, unknown> | grpc.ServerDuplexStream<ModelInferRequestMessage, unknown>,
-    msg: ModelInferRequestMessage, preferred: Endpoint | undefined, signal: ClientGone): Promise<{ result: ForwardResult | undefined, answer: Answer<ModelInferResponseMessage> }> => {
+    msg: ModelInferRequestMessage, preferred: Endpoint | undefined, signal: ClientGone): Promise<{ result: ForwardResult | undefined, answer: GrpcAnswer<ModelInferResponseMessage> }> => {
     let model: string
     let version: string | undefined
     let body: Buffer
@@ -182,7 +179,7 @@ export function buildGatewayGrpc (options: GatewayGrpcOptions): grpc.Server {
       const { result, answer } = await infer(call, call.request, undefined, gone)
       return { endpoint: result?.endpoint?.name, answer }
     }),
-    ModelStreamInfer: (call) => { new GrpcStream(call, infer).start() }
+    ModelStreamInfer: (call) => { serveGatewayStream(call, infer) }
   })
 }
 
@@ -192,90 +189,28 @@ export function buildGatewayGrpc (options: GatewayGrpcOptions): grpc.Server {
  * the worker that answered the stream's last request takes the next one while it is a candidate with room
  * (`ForwardTarget.preferred`). When that worker dies or leaves the fleet, requests in flight on it are retried on
  * another worker as any request is (a reset before an answer, a refused connect), the stream stays open, and it is
- * pinned to the worker that answered. A failed request is answered in `error_message` and the stream stays open;
- * with the client metadata `triton_grpc_error: true` the first error ends the stream with its status (Triton's
- * option). The client cancelling the stream cancels its requests in flight upstream.
+ * pinned to the worker that answered. The rest of the stream's protocol (answers, errors, ending) is
+ * `serveInferStream`'s, as on the worker. The client cancelling the stream cancels its requests in flight upstream.
  */
 type StreamCall = grpc.ServerDuplexStream<ModelInferRequestMessage, ModelStreamInferResponseMessage>
 type StreamInfer = (call: StreamCall, msg: ModelInferRequestMessage, preferred: Endpoint | undefined, signal: ClientGone) =>
-  Promise<{ result: ForwardResult | undefined, answer: Answer<ModelInferResponseMessage> }>
+  Promise<{ result: ForwardResult | undefined, answer: GrpcAnswer<ModelInferResponseMessage> }>
 
-class GrpcStream {
-  readonly #call: StreamCall
-  readonly #infer: StreamInfer
+function serveGatewayStream (call: StreamCall, infer: StreamInfer): void {
   /** model → the worker that answered its last request on this stream. */
-  readonly #pinned = new Map<string, Endpoint>()
-  readonly #gone = new ClientGone()
-  readonly #statusOnError: boolean
-  #pending = 0
-  #halfClosed = false
-  #ended = false
-
-  constructor (call: StreamCall, infer: StreamInfer) {
-    this.#call = call
-    this.#infer = infer
-    this.#statusOnError = call.metadata.get('triton_grpc_error')[0] === 'true'
-  }
-
-  start (): void {
-    const call = this.#call
-    call.on('data', (msg: ModelInferRequestMessage) => { this.#request(msg) })
-    call.on('end', () => {
-      this.#halfClosed = true
-      this.#finish()
-    })
-    call.on('cancelled', () => {
-      this.#ended = true
-      this.#gone.abort()
-    })
-    call.on('error', () => { this.#ended = true })
-  }
-
-  #request (msg: ModelInferRequestMessage): void {
-    if (this.#ended) return
-    this.#pending++
+  const pinned = new Map<string, Endpoint>()
+  const gone = new ClientGone()
+  call.on('cancelled', () => { gone.abort() })
+  serveInferStream(call, async (msg) => {
     const model = msg.model_name ?? ''
-    this.#infer(this.#call, msg, this.#pinned.get(model), this.#gone).then(({ result, answer }) => {
-      if (result?.endpoint !== undefined && (result.ok || result.error.statusCode < 500)) this.#pinned.set(model, result.endpoint)
-      this.#answer(msg, answer)
-    }, (err: unknown) => {
-      this.#answer(msg, { ok: false, error: grpcErrorFrom(err) })
-    }).finally(() => {
-      this.#pending--
-      this.#finish()
-    })
-  }
-
-  #answer (msg: ModelInferRequestMessage, answer: Answer<ModelInferResponseMessage>): void {
-    const call = this.#call
-    if (this.#ended || call.cancelled) return
-    if (answer.ok) {
-      call.write({ error_message: '', infer_response: answer.value })
-      return
-    }
-    if (this.#statusOnError) {
-      this.#ended = true
-      call.emit('error', { ...answer.error, metadata: new grpc.Metadata() })
-      return
-    }
-    // The request's id and model, so the client can tell which of its requests failed.
-    call.write({
-      error_message: answer.error.details,
-      infer_response: { model_name: msg.model_name ?? '', model_version: msg.model_version ?? '', id: msg.id ?? '', outputs: [] }
-    })
-  }
-
-  /** Ends the stream once the client has half-closed it and every request has been answered. */
-  #finish (): void {
-    if (!this.#ended && this.#halfClosed && this.#pending === 0) {
-      this.#ended = true
-      this.#call.end()
-    }
-  }
+    const { result, answer } = await infer(call, msg, pinned.get(model), gone)
+    if (result?.endpoint !== undefined && (result.ok || result.error.statusCode < 500)) pinned.set(model, result.endpoint)
+    return answer
+  })
 }
 
 /** The answer to a pipeline result: the worker's 2xx turned into a message by `toMessage`, or an error status. */
-function answerOf<T> (result: ForwardResult, toMessage: (status: number, body: Buffer, response: UpstreamResponse) => Answer<T>): Answer<T> {
+function answerOf<T> (result: ForwardResult, toMessage: (status: number, body: Buffer, response: UpstreamResponse) => GrpcAnswer<T>): GrpcAnswer<T> {
   if (!result.ok) return { ok: false, error: grpcErrorFrom(result.error) }
   try {
     return toMessage(result.response.statusCode, result.response.body, result.response)
@@ -286,7 +221,7 @@ function answerOf<T> (result: ForwardResult, toMessage: (status: number, body: B
 }
 
 /** A JSON 200 answer as a message; any other status as the error it says. */
-function jsonAnswer<T> (toMessage: (json: unknown) => T): (status: number, body: Buffer) => Answer<T> {
+function jsonAnswer<T> (toMessage: (json: unknown) => T): (status: number, body: Buffer) => GrpcAnswer<T> {
   return (status, body) => status === 200
     ? { ok: true, value: toMessage(JSON.parse(body.toString('utf8'))) }
     : { ok: false, error: grpcErrorFromHttp(status, body) }

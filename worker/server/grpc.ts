@@ -4,18 +4,15 @@
  * scheduling, statistics, metrics and error text whichever protocol it came by. Errors end a call with the status
  * the coded-error registry gives (Triton's mapping: INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, ...).
  *
- * ModelStreamInfer: each message is an independent request, answered on the stream as soon as it is done (not in
- * arrival order: clients match answers by id, which every answer carries). A failed request is answered with
- * `error_message` and the stream stays open, unless the client opened the stream with the metadata
- * `triton_grpc_error: true`, which asks (as in Triton) for the first error to end the stream with its status.
+ * ModelStreamInfer follows Triton's rules as common/grpc-server.ts `serveInferStream` implements them for both tiers.
  */
 import * as grpc from '@grpc/grpc-js'
 import { createError, isFlotillaError } from '../../common/errors.ts'
-import { createGrpcServer, grpcError, grpcStatusOf, modelVersionOf } from '../../common/grpc-server.ts'
+import { createGrpcServer, grpcError, modelVersionOf, serveInferStream, type GrpcAnswer } from '../../common/grpc-server.ts'
 import { type Logger } from '../../common/logger.ts'
 import { WORKER_DRAINING_HEADER } from '../../common/protocol/headers.ts'
 import {
-  decodeModelInferRequest, encodeModelInferResponse, modelConfigToMessage, modelMetadataToMessage,
+  decodeModelInferRequest, encodeModelInferResponse, grpcErrorFrom, modelConfigToMessage, modelMetadataToMessage,
   modelStatisticsToMessage, repositoryIndexToMessage, serverMetadataToMessage
 } from '../../common/protocol/grpc/grpc-codec.ts'
 import {
@@ -81,46 +78,17 @@ export function buildWorkerGrpc (options: WorkerGrpcOptions): grpc.Server {
   }
 
   const modelStreamInfer: grpc.handleBidiStreamingCall<ModelInferRequestMessage, ModelStreamInferResponseMessage> = (call) => {
-    const statusOnError = call.metadata.get('triton_grpc_error')[0] === 'true'
-    let pending = 0
-    let halfClosed = false
-    let ended = false
-    const finish = (): void => {
-      if (!ended && halfClosed && pending === 0) {
-        ended = true
-        call.end()
-      }
-    }
-    call.on('data', (msg: ModelInferRequestMessage) => {
-      if (ended) return
-      pending++
+    serveInferStream(call, async (msg): Promise<GrpcAnswer<ModelInferResponseMessage>> => {
       const end = drain.begin()
-      infer(msg).then((response) => {
-        if (!ended && !call.cancelled) call.write({ error_message: '', infer_response: response })
-      }, (err: unknown) => {
+      try {
+        return { ok: true, value: await infer(msg) }
+      } catch (err) {
         if (!isFlotillaError(err) || err.statusCode >= 500) logger.error({ err }, 'gRPC stream request failed')
-        if (ended || call.cancelled) return
-        if (statusOnError) {
-          ended = true
-          call.emit('error', grpcStatusOf(err))
-          return
-        }
-        // The request's id and model, so the client can tell which of its requests failed.
-        call.write({
-          error_message: grpcStatusOf(err).details,
-          infer_response: { model_name: msg.model_name ?? '', model_version: msg.model_version ?? '', id: msg.id ?? '', outputs: [] }
-        })
-      }).finally(() => {
+        return { ok: false, error: grpcErrorFrom(err) }
+      } finally {
         end()
-        pending--
-        finish()
-      })
+      }
     })
-    call.on('end', () => {
-      halfClosed = true
-      finish()
-    })
-    call.on('error', () => { ended = true })
   }
 
   return createGrpcServer({
