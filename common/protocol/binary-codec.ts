@@ -13,7 +13,8 @@
  * Node runs them). A big-endian host is detected once, at load, and takes a copy-and-swap path instead.
  */
 import { createError, type FlotillaError } from '../errors.ts'
-import { DATATYPES, elementCount, isDataType, tensorByteSize, type StorageKind } from './datatypes.ts'
+import { DATATYPES, elementCount, isDataType, tensorByteSize } from './datatypes.ts'
+import { bytesElements, rawBytes, typedElements, writeRawBytes } from './raw-layout.ts'
 import {
   type BinarySection,
   type BinaryTensorRef,
@@ -52,7 +53,6 @@ import {
 /** The header that carries the JSON part's length (lower case, as Node presents request headers). */
 export const INFERENCE_HEADER_CONTENT_LENGTH = 'inference-header-content-length'
 
-const LITTLE_ENDIAN_HOST = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1
 
 const INT32_MAX = 2147483647
 const INT32_MIN = -2147483648
@@ -94,90 +94,27 @@ export function parseInferenceHeaderLength (value: string | string[] | undefined
 // Decoding: bytes to elements
 
 /**
- * `count` elements of `storage` from `byteLength` bytes of `body` at `offset`. A typed array over the body's own
- * memory when it can be; a typed array's byte offset must be a multiple of its element size, and Triton's layout has
- * no padding (the JSON part has any length), so a misaligned tensor, and every tensor on a big-endian host, is
- * copied once: one block copy, plus the byte swap on big-endian.
- */
-function typedElements (storage: StorageKind, body: Uint8Array, offset: number, count: number, size: number): TensorData {
-  const at = body.byteOffset + offset
-  if (size === 1 || (LITTLE_ENDIAN_HOST && at % size === 0)) return typedView(storage, body.buffer, at, count)
-  // Not zero-filled first: every byte is written by the copy.
-  const copy = Buffer.allocUnsafeSlow(count * size)
-  copy.set(body.subarray(offset, offset + count * size))
-  /* c8 ignore next */
-  if (!LITTLE_ENDIAN_HOST) swapBytes(copy, size)
-  return typedView(storage, copy.buffer, 0, count)
-}
-
-function typedView (storage: StorageKind, buffer: ArrayBufferLike, at: number, count: number): TensorData {
-  switch (storage) {
-    case 'uint8': return new Uint8Array(buffer, at, count)
-    case 'uint16': return new Uint16Array(buffer, at, count)
-    case 'uint32': return new Uint32Array(buffer, at, count)
-    case 'biguint64': return new BigUint64Array(buffer, at, count)
-    case 'int8': return new Int8Array(buffer, at, count)
-    case 'int16': return new Int16Array(buffer, at, count)
-    case 'int32': return new Int32Array(buffer, at, count)
-    case 'bigint64': return new BigInt64Array(buffer, at, count)
-    case 'float32': return new Float32Array(buffer, at, count)
-    case 'float64': return new Float64Array(buffer, at, count)
-    /* c8 ignore next 2 */
-    case 'bytes': throw createError('FLT_ERR_INTERNAL', 'BYTES tensors have no typed view')
-  }
-}
-
-/* c8 ignore start */
-/** Reverses the byte order of each `size`-byte element in place (big-endian hosts only; x86 and ARM never get here). */
-function swapBytes (bytes: Uint8Array, size: number): void {
-  const b = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)
-  if (size === 2) b.swap16()
-  else if (size === 4) b.swap32()
-  else if (size === 8) b.swap64()
-}
-/* c8 ignore stop */
-
-/**
  * The elements of a BYTES tensor from its length-prefixed layout, each a view over the body. Checks follow Triton's
  * (core ValidateBytesInputs and the backends' string parsing), in its order and with its texts, extended.
  */
 function stringElements (tensor: BinaryTensorRef, body: Buffer, offset: number, byteLength: number): Uint8Array[] {
-  const count = tensor.count
-  const kind = tensor.kind
-  // Every element takes at least its 4-byte length, which bounds the array even when the shape claims billions.
-  const out = new Array<Uint8Array>(Math.min(count, Math.floor(byteLength / 4)))
-  const buffer = body.buffer
-  const base = body.byteOffset
-  const end = offset + byteLength
-  let pos = offset
-  let n = 0
-  while (end - pos >= 4) {
-    if (n >= count) {
-      throw dataMismatch(
-        `unexpected number of string elements ${n + 1} for inference ${kind} '${tensor.name}'` +
-        `${forModel(tensor.modelName)}, expecting ${count} (binary_data_size ${byteLength} holds more elements than ` +
-        `shape ${shapeString(tensor.shape)})`
-      )
-    }
-    const length = body.readUInt32LE(pos)
-    pos += 4
-    if (length > end - pos) {
-      throw dataMismatch(
-        `incomplete string data for inference ${kind} '${tensor.name}'${forModel(tensor.modelName)}, expecting ` +
-        `string of length ${length} but only ${end - pos} bytes available (element ${n})`
-      )
-    }
-    out[n++] = new Uint8Array(buffer, base + pos, length)
-    pos += length
-  }
-  if (pos !== end) {
-    throw dataMismatch(
-      `incomplete string length indicator for inference ${kind} '${tensor.name}'${forModel(tensor.modelName)}, ` +
-      `expecting 4 bytes but only ${end - pos} bytes available (element ${n})`
-    )
-  }
-  if (n < count) throw stringElementCountError(tensor, n)
-  return out
+  const { count, kind, name } = tensor
+  const model = forModel(tensor.modelName)
+  return bytesElements(body.subarray(offset, offset + byteLength), count, {
+    tooMany: () => dataMismatch(
+      `unexpected number of string elements ${count + 1} for inference ${kind} '${name}'${model}, expecting ${count} ` +
+      `(binary_data_size ${byteLength} holds more elements than shape ${shapeString(tensor.shape)})`
+    ),
+    incompleteData: (length, available, index) => dataMismatch(
+      `incomplete string data for inference ${kind} '${name}'${model}, expecting string of length ${length} but only ` +
+      `${available} bytes available (element ${index})`
+    ),
+    incompleteLength: (available, index) => dataMismatch(
+      `incomplete string length indicator for inference ${kind} '${name}'${model}, expecting 4 bytes but only ` +
+      `${available} bytes available (element ${index})`
+    ),
+    tooFew: (got) => stringElementCountError(tensor, got)
+  })
 }
 
 function shapeString (shape: readonly number[]): string {
@@ -189,7 +126,7 @@ function tensorDataFromBytes (tensor: BinaryTensorRef, body: Buffer, offset: num
   const info = DATATYPES[tensor.datatype]
   if (info.byteSize === 0) return stringElements(tensor, body, offset, byteLength)
   if (byteLength !== tensor.count * info.byteSize) throw binaryByteSizeError(tensor, byteLength)
-  return typedElements(info.storage, body, offset, tensor.count, info.byteSize)
+  return typedElements(tensor.datatype, body.subarray(offset, offset + byteLength), tensor.count)
 }
 
 /** The bytes after a body's JSON part, handed out in order; leftovers are refused at the end. */
@@ -359,26 +296,6 @@ export interface EncodedHttpBody {
   headerLength: number | undefined
 }
 
-/** Copies a tensor's raw bytes into `out` at `pos`; returns the position after them. */
-function writeTensorBytes (out: Buffer, pos: number, datatype: DataType, data: TensorData): number {
-  if (datatype === 'BYTES') {
-    // The one per-element loop: each element needs its length prefix.
-    const elements = data as Uint8Array[]
-    for (let i = 0; i < elements.length; i++) {
-      const e = elements[i] as Uint8Array
-      out.writeUInt32LE(e.length, pos)
-      out.set(e, pos + 4)
-      pos += 4 + e.length
-    }
-    return pos
-  }
-  const a = data as Exclude<TensorData, Uint8Array[]>
-  out.set(new Uint8Array(a.buffer, a.byteOffset, a.byteLength), pos)
-  /* c8 ignore next */
-  if (!LITTLE_ENDIAN_HOST) swapBytes(out.subarray(pos, pos + a.byteLength), DATATYPES[datatype].byteSize)
-  return pos + a.byteLength
-}
-
 /** A tensor whose bytes follow the JSON: typed elements, or raw bytes already in the wire layout. */
 type Section = { datatype: DataType, data: TensorData } | Uint8Array
 
@@ -401,7 +318,7 @@ function assemble (
       body.set(s, pos)
       pos += s.length
     } else {
-      pos = writeTensorBytes(body, pos, s.datatype, s.data)
+      pos = writeRawBytes(body, pos, s.data)
     }
   }
   return { body, headerLength }
@@ -508,17 +425,6 @@ export function encodeRawHttpInferRequest (request: RawInferRequest): { body: Bu
   return assemble(json, alignmentPad(json), sections, total)
 }
 
-/** A decoded tensor's elements in the raw layout: the typed array's own bytes, or BYTES with their length prefixes. */
-function rawBytesOf (datatype: DataType, data: TensorData): Uint8Array {
-  if (datatype !== 'BYTES' && LITTLE_ENDIAN_HOST) {
-    const a = data as Exclude<TensorData, Uint8Array[]>
-    return new Uint8Array(a.buffer, a.byteOffset, a.byteLength)
-  }
-  const out = Buffer.allocUnsafe(tensorByteSize({ datatype, data }))
-  writeTensorBytes(out, 0, datatype, data)
-  return new Uint8Array(out.buffer, out.byteOffset, out.length)
-}
-
 /**
  * For the gateway: a worker's response (JSON only, or JSON + binary outputs) as raw tensors. Binary outputs are views
  * of `body`, their datatype and size unchecked; an output that came as JSON `data` is converted to the raw layout
@@ -547,7 +453,7 @@ export function decodeRawHttpInferResponse (body: Buffer, headerLength: number |
       const data = decodeTensorData(
         header.name, 'output', header.datatype, header.shape, header.data, Number.POSITIVE_INFINITY
       )
-      raw = rawBytesOf(header.datatype, data)
+      raw = rawBytes(data)
     }
     const tensor: RawTensor = { name: header.name, datatype: header.datatype, shape: header.shape, raw }
     if (header.parameters !== undefined) tensor.parameters = header.parameters

@@ -26,6 +26,7 @@ import * as grpc from '@grpc/grpc-js'
 import { createError, isFlotillaError, type FlotillaError, type GrpcStatusName } from '../../errors.ts'
 import { DATATYPES, allocateTensorData, elementCount, isDataType } from '../datatypes.ts'
 import { requestIdPrefix } from '../json-codec.ts'
+import { bytesElements, rawBytes, typedElements } from '../raw-layout.ts'
 import {
   type DataType, type InferRequest, type InferResponse, type ParameterValue, type Parameters, type RawInferRequest,
   type RawInferResponse, type RawTensor, type RequestedOutput, type Tensor, type TensorData
@@ -41,7 +42,6 @@ import {
   type TensorMetadataMessage
 } from './messages.ts'
 
-const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1
 const MAX_SAFE_BIGINT = BigInt(Number.MAX_SAFE_INTEGER)
 const EMPTY_BYTES = new Uint8Array(0)
 
@@ -266,78 +266,24 @@ function checkMaxBytes (ctx: TensorContext, byteSize: number, maxBytes: number):
 // ---------------------------------------------------------------------------------------------------------------
 // Raw tensor bytes
 
-/** Reverses each `size`-byte element in place (only ever needed on a big-endian host). */
-/* c8 ignore start */ // Node runs on little-endian hosts only; kept so a port would stay correct.
-function swapBytes (bytes: Uint8Array, size: number): void {
-  for (let i = 0; i + size <= bytes.length; i += size) bytes.subarray(i, i + size).reverse()
-}
-/* c8 ignore stop */
-
-/**
- * The first `n` elements of `raw` as the datatype's typed array: a view when the bytes are aligned for it, else an
- * aligned copy (typed arrays cannot start at an offset that is not a multiple of their element size).
- */
-function typedView (datatype: DataType, raw: Uint8Array, n: number): TensorData {
-  const info = DATATYPES[datatype]
-  let buffer = raw.buffer
-  let offset = raw.byteOffset
-  if (info.byteSize > 1 && (offset % info.byteSize !== 0 || !LITTLE_ENDIAN)) {
-    const copy = new Uint8Array(n * info.byteSize)
-    copy.set(raw.subarray(0, copy.length))
-    /* c8 ignore next */
-    if (!LITTLE_ENDIAN) swapBytes(copy, info.byteSize)
-    buffer = copy.buffer
-    offset = 0
-  }
-  switch (info.storage) {
-    case 'uint8': return new Uint8Array(buffer, offset, n)
-    case 'int8': return new Int8Array(buffer, offset, n)
-    case 'uint16': return new Uint16Array(buffer, offset, n)
-    case 'int16': return new Int16Array(buffer, offset, n)
-    case 'uint32': return new Uint32Array(buffer, offset, n)
-    case 'int32': return new Int32Array(buffer, offset, n)
-    case 'biguint64': return new BigUint64Array(buffer, offset, n)
-    case 'bigint64': return new BigInt64Array(buffer, offset, n)
-    case 'float32': return new Float32Array(buffer, offset, n)
-    case 'float64': return new Float64Array(buffer, offset, n)
-    /* c8 ignore next 2 */ // BYTES never reaches here (see fromRaw)
-    case 'bytes': throw new Error('BYTES has no typed view')
-  }
-}
-
 /**
  * BYTES elements from Triton's raw layout (4-byte little-endian length, then the bytes), as views into `raw`, with
  * the core's element-count and truncation messages. `count` undefined: as many as there are.
  */
 function parseBytesElements (raw: Uint8Array, count: number | undefined, ctx: TensorContext): Uint8Array[] {
-  const bytes = new Uint8Array(raw.buffer, raw.byteOffset, raw.byteLength)
-  const end = bytes.length
-  const out: Uint8Array[] = []
-  let pos = 0
-  while (pos < end) {
-    const remaining = end - pos
-    if (remaining < 4) {
-      throw invalid(
-        `incomplete string length indicator for inference ${ctx.kind} '${ctx.name}' for model '${ctx.modelName}', ` +
-        `expecting 4 bytes but only ${remaining} bytes available. Please make sure the string length indicator is in ` +
-        'one buffer.'
-      )
-    }
-    if (count !== undefined && out.length === count) throw tooManyStrings(ctx, count)
-    const len = ((bytes[pos] as number) | (bytes[pos + 1] as number) << 8 | (bytes[pos + 2] as number) << 16 |
-      (bytes[pos + 3] as number) << 24) >>> 0
-    pos += 4
-    if (len > end - pos) {
-      throw invalid(
-        `incomplete string data for inference ${ctx.kind} '${ctx.name}' for model '${ctx.modelName}', expecting ` +
-        `string of length ${len} but only ${end - pos} bytes available`
-      )
-    }
-    out.push(bytes.subarray(pos, pos + len))
-    pos += len
-  }
-  if (count !== undefined && out.length !== count) throw tooFewStrings(ctx, count, out.length)
-  return out
+  return bytesElements(raw, count, {
+    tooMany: () => tooManyStrings(ctx, count ?? 0),
+    incompleteData: (length, available) => invalid(
+      `incomplete string data for inference ${ctx.kind} '${ctx.name}' for model '${ctx.modelName}', expecting ` +
+      `string of length ${length} but only ${available} bytes available`
+    ),
+    incompleteLength: (available) => invalid(
+      `incomplete string length indicator for inference ${ctx.kind} '${ctx.name}' for model '${ctx.modelName}', ` +
+      `expecting 4 bytes but only ${available} bytes available. Please make sure the string length indicator is in ` +
+      'one buffer.'
+    ),
+    tooFew: (got) => tooFewStrings(ctx, count ?? 0, got)
+  })
 }
 
 /** Tensor data from its raw bytes, checked against the shape (Triton core's byte-size check). */
@@ -348,37 +294,7 @@ function fromRaw (
   const size = DATATYPES[datatype].byteSize
   if (size === 0) return parseBytesElements(raw, count, ctx)
   if (count !== undefined && raw.byteLength !== count * size) throw byteSizeMismatch(ctx, count * size, raw.byteLength)
-  return typedView(datatype, raw, count ?? Math.floor(raw.byteLength / size))
-}
-
-/** BYTES elements in Triton's raw layout, written into one allocation. */
-function serializeBytes (elements: readonly Uint8Array[]): Uint8Array {
-  let total = 0
-  for (let i = 0; i < elements.length; i++) total += 4 + (elements[i] as Uint8Array).length
-  // Every byte is written below, so the allocation need not be zeroed.
-  const out = Buffer.allocUnsafe(total)
-  let pos = 0
-  for (let i = 0; i < elements.length; i++) {
-    const e = elements[i] as Uint8Array
-    out.writeUInt32LE(e.length, pos)
-    out.set(e, pos + 4)
-    pos += 4 + e.length
-  }
-  return out
-}
-
-/** Tensor data in Triton's raw layout: a view over the typed array's own bytes; BYTES serialized once. */
-function dataToRaw (data: TensorData): Uint8Array {
-  if (Array.isArray(data)) return serializeBytes(data)
-  const typed = data as Exclude<TensorData, Uint8Array[]>
-  const view = new Uint8Array(typed.buffer, typed.byteOffset, typed.byteLength)
-  /* c8 ignore next 5 */
-  if (!LITTLE_ENDIAN && typed.BYTES_PER_ELEMENT > 1) {
-    const copy = view.slice()
-    swapBytes(copy, typed.BYTES_PER_ELEMENT)
-    return copy
-  }
-  return view
+  return typedElements(datatype, raw, count ?? Math.floor(raw.byteLength / size))
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -703,7 +619,7 @@ export function modelInferRequestToRaw (msg: ModelInferRequestMessage): DecodedM
     if (source.contents !== null) {
       const field = contentsField(source.contents, datatype, { name, kind: 'input', modelName, prefix })
       // A matched field implies a protocol datatype; no field means no elements.
-      raw = field === undefined ? EMPTY_BYTES : dataToRaw(contentsToData(datatype as DataType, source.contents, field))
+      raw = field === undefined ? EMPTY_BYTES : rawBytes(contentsToData(datatype as DataType, source.contents, field))
     } else {
       raw = source.raw
     }
@@ -749,7 +665,7 @@ export function encodeModelInferRequest (
     const input: InferInputTensorMessage = { name: t.name, datatype: t.datatype, shape: t.shape }
     if (t.parameters !== undefined) input.parameters = encodeParameters(t.parameters)
     if (useContents) input.contents = dataToContents(t)
-    else raw.push(dataToRaw(t.data))
+    else raw.push(rawBytes(t.data))
     inputs[i] = input
   }
   const msg: ModelInferRequestMessage = { model_name: modelName, model_version: modelVersion, inputs }
@@ -777,7 +693,7 @@ export function encodeModelInferResponse (response: InferResponse): ModelInferRe
     const out: InferOutputTensorMessage = { name: t.name, datatype: t.datatype, shape: t.shape }
     if (t.parameters !== undefined) out.parameters = encodeParameters(t.parameters)
     outputs[i] = out
-    raw[i] = dataToRaw(t.data)
+    raw[i] = rawBytes(t.data)
   }
   return responseMessage(response, outputs, raw)
 }
