@@ -3,14 +3,21 @@
  * canaries, show the effective config. Its own listener, 127.0.0.1:9000 by default, so it never shares a port
  * (or a queue) with traffic, and so that binding it elsewhere is a deliberate act: then it needs a token.
  *
+ * Every call goes through, in order: the cross-site checks (`admin-guard.ts`: no `Origin`, no `Sec-Fetch-Site`
+ * but `none`, a `Host` that is an address, localhost or a listed name; 403), the token when one is configured
+ * (on loopback too: 401, 403), the route (404, 405), and for a POST, PUT or DELETE `Content-Type:
+ * application/json` (415). Names in paths are checked against the server-name rule (400) before any lookup, and
+ * a path segment longer than the router takes (fastify's `maxParamLength`, which it would answer with a 414 before
+ * any hook) is caught by a wildcard route instead: a 400 naming the rule, after the checks above.
+ *
  * Authentication is a bearer token compared in constant time: both sides are hashed (SHA-256) first, so the
  * comparison neither leaks the token's length nor depends on where the first differing byte is.
  */
 import { createHash, timingSafeEqual } from 'node:crypto'
 import { readFileSync } from 'node:fs'
-import { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
+import { type FastifyInstance, type FastifyReply, type FastifyRequest, type HTTPMethods } from 'fastify'
 import { request as undiciRequest } from 'undici'
-import { createError } from '../../common/errors.ts'
+import { createError, type FlotillaError } from '../../common/errors.ts'
 import { createKServeServer, isLoopbackHost, originOf, route } from '../../common/http-server.ts'
 import { type Logger } from '../../common/logger.ts'
 import { type Canaries, type ModelCanary } from '../canary/canaries.ts'
@@ -19,10 +26,11 @@ import { type FleetController } from '../fleet/fleet-controller.ts'
 import { type Fleet } from '../fleet/fleet.ts'
 import { type Endpoint } from '../fleet/types.ts'
 import { type EndpointHealthView } from '../health/fleet-health.ts'
-import { readJson } from '../fleet/yaml-schema.ts'
+import { quote, readJson } from '../fleet/yaml-schema.ts'
 import { endpointView } from '../server/fleet-view.ts'
+import { AdminGuard, contentTypeRefusal, RefusalLog, shown, type Refusal } from './admin-guard.ts'
 import {
-  ADMIN_TOKEN_ENV, type AdminEndpointView, type CanaryList, type CanaryView, type DrainStatus,
+  ADMIN_TOKEN_ENV, SERVER_NAME_RULE, type AdminEndpointView, type CanaryList, type CanaryView, type DrainStatus,
   type EndpointList
 } from './api.ts'
 
@@ -30,6 +38,10 @@ import {
 const ADMIN_BODY_LIMIT = 1024 * 1024
 /** How long `models: "discover"` waits for the worker's repository index. */
 const DISCOVERY_TIMEOUT_MS = 5000
+/** fastify's default `maxParamLength`: a longer path segment matches no parametric route. */
+const DEFAULT_MAX_PARAM_LENGTH = 100
+/** The methods a catch-all route answers (every one `route` registers). */
+const ALL_METHODS: HTTPMethods[] = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS']
 
 export interface AdminServerOptions {
   fleet: Fleet
@@ -39,6 +51,13 @@ export interface AdminServerOptions {
   logger: Logger
   /** The token every call must carry, or `undefined` for none (loopback only: see {@link adminToken}). */
   token: string | undefined
+  /**
+   * The listener's host as configured (`gateway.admin_host`): when it is a name rather than an address, calls
+   * with that name in `Host` pass the DNS-rebinding check (addresses and `localhost` always do).
+   */
+  host?: string | undefined
+  /** `gateway.admin_allowed_hosts`: further names `Host` may carry. */
+  allowedHosts?: readonly string[] | undefined
   /** The effective config: the fleet file as loaded, with the live servers and canaries. */
   config: () => unknown
   now: () => number
@@ -79,7 +98,28 @@ export function buildAdminServer (options: AdminServerOptions): FastifyInstance 
   const { fleet, controller, canaries, logger } = options
   const app = createKServeServer({ logger, bodyLimit: ADMIN_BODY_LIMIT, bodyLimitSetting: 'nothing: admin bodies are small' })
   const discover = options.discover ?? discoverModels
+  const refusals = new RefusalLog(logger, options.now)
+  const refuse = (request: FastifyRequest, refusal: Refusal, header: string | undefined): FlotillaError => {
+    refusals.record(refusal, {
+      ip: request.ip, method: request.method, url: shown(request.url, 200), ...(header === undefined ? {} : { header: shown(header) })
+    })
+    return refusal.error
+  }
 
+  // First, before the token: a page must not even learn whether a token is needed, and a token sent by a browser
+  // (which can happen only same-origin, after DNS rebinding) must not open the door either.
+  const guard = new AdminGuard({ host: options.host, allowedHosts: options.allowedHosts })
+  app.addHook('onRequest', (request, _reply, done) => {
+    const refusal = guard.check(request.headers)
+    if (refusal === undefined) {
+      done()
+      return
+    }
+    const h = request.headers
+    done(refuse(request, refusal, refusal.kind === 'origin' ? h.origin : refusal.kind === 'host' ? h.host : String(h['sec-fetch-site'])))
+  })
+
+  // On loopback too: a token, when one is configured, is required whatever the address.
   if (options.token !== undefined) {
     const expected = digest(options.token)
     app.addHook('onRequest', (request, reply, done) => {
@@ -108,7 +148,20 @@ export function buildAdminServer (options: AdminServerOptions): FastifyInstance 
   })
   const send = (reply: FastifyReply, status: number, body: unknown): FastifyReply =>
     reply.code(status).type('application/json').send(JSON.stringify(body))
-  const name = (request: FastifyRequest): string => (request.params as { name: string }).name
+  const name = (request: FastifyRequest): string => checkedName((request.params as { name: string }).name)
+  /**
+   * Registers a call that changes something: it needs `Content-Type: application/json` even without a body (see
+   * rule 4 in `admin-guard.ts`). Checked in the route, not in a hook, so that an unknown path stays a 404 and a
+   * wrong method a 405.
+   */
+  const change = (method: 'POST' | 'PUT' | 'DELETE', url: string, handler: (request: FastifyRequest, reply: FastifyReply) => Promise<unknown>): void => {
+    route(app, method, url, async (request, reply) => {
+      const contentType = request.headers['content-type']
+      const refusal = contentTypeRefusal(method, request.url.split('?')[0] ?? request.url, contentType)
+      if (refusal !== undefined) throw refuse(request, refusal, contentType)
+      return await handler(request, reply)
+    })
+  }
 
   route(app, 'GET', '/v1/endpoints', async (_request, reply) => {
     const body: EndpointList = { endpoints: fleet.endpoints.map(view) }
@@ -116,7 +169,7 @@ export function buildAdminServer (options: AdminServerOptions): FastifyInstance 
   })
   route(app, 'GET', '/v1/endpoints/:name', async (request, reply) => send(reply, 200, view(controller.get(name(request)))))
 
-  route(app, 'POST', '/v1/endpoints', async (request, reply) => {
+  change('POST', '/v1/endpoints', async (request, reply) => {
     const body = jsonBody(request)
     if (typeof body !== 'object' || body === null || Array.isArray(body)) {
       throw createError('GW_ERR_ADMIN_INVALID', 'the body must be a JSON object: {"name", "host", "port", "models"?, "weight"?, ...}')
@@ -150,7 +203,7 @@ export function buildAdminServer (options: AdminServerOptions): FastifyInstance 
     return send(reply, 201, view(endpoint))
   })
 
-  route(app, 'POST', '/v1/endpoints/:name/drain', async (request, reply) => {
+  change('POST', '/v1/endpoints/:name/drain', async (request, reply) => {
     const body = request.body !== undefined && (request.body as Buffer).length > 0 ? jsonBody(request) : {}
     const timeout = (body as Record<string, unknown> | null)?.timeout_ms
     if (timeout !== undefined && (!Number.isInteger(timeout) || (timeout as number) < 0 || (timeout as number) > 2 ** 31 - 1)) {
@@ -170,8 +223,8 @@ export function buildAdminServer (options: AdminServerOptions): FastifyInstance 
     }
     return send(reply, 200, status)
   })
-  route(app, 'POST', '/v1/endpoints/:name/undrain', async (request, reply) => send(reply, 200, view(controller.undrain(name(request)))))
-  route(app, 'DELETE', '/v1/endpoints/:name', async (request, reply) => {
+  change('POST', '/v1/endpoints/:name/undrain', async (request, reply) => send(reply, 200, view(controller.undrain(name(request)))))
+  change('DELETE', '/v1/endpoints/:name', async (request, reply) => {
     const query = request.query as Record<string, string | undefined>
     const timeout = query.timeout_ms
     if (timeout !== undefined && !/^[0-9]{1,10}$/.test(timeout)) {
@@ -183,7 +236,7 @@ export function buildAdminServer (options: AdminServerOptions): FastifyInstance 
     })
     return send(reply, 200, result)
   })
-  route(app, 'PUT', '/v1/endpoints/:name/weight', async (request, reply) => {
+  change('PUT', '/v1/endpoints/:name/weight', async (request, reply) => {
     const endpoint = controller.get(name(request))
     const weight = (jsonBody(request) as Record<string, unknown> | null)?.weight
     if (!Number.isInteger(weight) || (weight as number) < 0 || (weight as number) > 1000) {
@@ -204,7 +257,7 @@ export function buildAdminServer (options: AdminServerOptions): FastifyInstance 
     return send(reply, 200, body)
   })
   route(app, 'GET', '/v1/models/:model/canary', async (request, reply) => send(reply, 200, canaryOf(model(request)).canary.view()))
-  route(app, 'PUT', '/v1/models/:model/canary', async (request, reply) => {
+  change('PUT', '/v1/models/:model/canary', async (request, reply) => {
     const m = model(request)
     const checked = readJson(canarySpec, jsonBody(request), '')
     if (!checked.ok) throw createError('GW_ERR_ADMIN_INVALID', checked.problems.join('; '))
@@ -218,26 +271,61 @@ export function buildAdminServer (options: AdminServerOptions): FastifyInstance 
     const view: CanaryView = entry.canary.view()
     return send(reply, 200, view)
   })
-  route(app, 'DELETE', '/v1/models/:model/canary', async (request, reply) => {
+  change('DELETE', '/v1/models/:model/canary', async (request, reply) => {
     const m = canaryOf(model(request)).canary.model
     canaries.clear(m)
     logger.info({ model: m }, 'canary cleared')
     return send(reply, 200, { cleared: m })
   })
-  route(app, 'POST', '/v1/models/:model/canary/promote', async (request, reply) => {
+  change('POST', '/v1/models/:model/canary/promote', async (request, reply) => {
     const entry = canaryOf(model(request))
     entry.canary.promote()
     logger.info({ model: entry.canary.model }, 'canary promoted: all its traffic goes to the canary')
     return send(reply, 200, entry.canary.view())
   })
-  route(app, 'POST', '/v1/models/:model/canary/rollback', async (request, reply) => {
+  change('POST', '/v1/models/:model/canary/rollback', async (request, reply) => {
     const entry = canaryOf(model(request))
     entry.canary.rollback('rolled back through the admin API', false)
     return send(reply, 200, entry.canary.view())
   })
 
   route(app, 'GET', '/v1/config', async (_request, reply) => send(reply, 200, options.config()))
+
+  // A name longer than the router's limit on a path segment matches none of the routes above, and the router would
+  // answer 414 itself, before any hook (the browser checks included). These wildcards are tried after the parametric
+  // routes fail, so they take exactly those paths (and unknown paths below the prefixes): a 400 that names the rule.
+  const config = app.initialConfig
+  const maxParam = config.routerOptions?.maxParamLength ?? config.maxParamLength ?? DEFAULT_MAX_PARAM_LENGTH
+  const firstSegment = (request: FastifyRequest): string => ((request.params as Record<string, string>)['*'] ?? '').split('/')[0] ?? ''
+  app.route({
+    method: ALL_METHODS,
+    url: '/v1/endpoints/*',
+    handler: async (request) => {
+      checkedName(firstSegment(request))
+      throw createError('FLT_ERR_NOT_FOUND')
+    }
+  })
+  app.route({
+    method: ALL_METHODS,
+    url: '/v1/models/*',
+    handler: async (request) => {
+      const model = firstSegment(request)
+      if (model.length > maxParam) {
+        throw createError('GW_ERR_ADMIN_INVALID', `the model name in the path, ${quote(model)}, is too long: ` +
+          `model names in admin paths are at most ${maxParam} characters`)
+      }
+      throw createError('FLT_ERR_NOT_FOUND')
+    }
+  })
   return app
+}
+
+/** An endpoint name from a path, if it can be one ({@link SERVER_NAME_RULE}); else a 400 that states the rule. */
+function checkedName (name: string): string {
+  if (!SERVER_NAME_RULE.regex.test(name)) {
+    throw createError('GW_ERR_ADMIN_INVALID', `the endpoint name in the path, ${quote(name)}, is not allowed: ${SERVER_NAME_RULE.text}`)
+  }
+  return name
 }
 
 function isTrue (value: string | undefined): boolean {

@@ -3,9 +3,15 @@
  * `flotilla fleet` command line (`fleet-cli.ts`) both import these types, so the two cannot drift apart.
  *
  * Every call takes and returns JSON. An error answer is `{ "error": "<what to fix>" }` with a 4xx status: 400 for a
- * malformed body or a value out of range, 401 without `Authorization: Bearer <token>` when a token is configured
- * (with `WWW-Authenticate: Bearer`), 403 for a wrong token, 404 for an unknown endpoint or model, 409 for a
- * conflict (a duplicate name, undraining a removed endpoint).
+ * malformed body, a value out of range or a name in the path that breaks {@link SERVER_NAME_RULE}, 401 without
+ * `Authorization: Bearer <token>` when a token is configured (with `WWW-Authenticate: Bearer`), 403 for a wrong
+ * token, 404 for an unknown endpoint or model, 409 for a conflict (a duplicate name, undraining a removed endpoint),
+ * 415 for a POST, PUT or DELETE without `Content-Type: application/json` (body or not).
+ *
+ * The API is for programs, never for browsers: a call that carries `Origin`, or `Sec-Fetch-Site` other than `none`,
+ * or a `Host` that is not an IP address, `localhost`, the listener's own host name or a name listed in
+ * `gateway.admin_allowed_hosts`, is refused with 403 before anything else, whatever the method (see
+ * `admin-guard.ts`). `flotilla fleet`, curl and undici send none of those headers and the Host of the URL they call.
  *
  * | Method and path | Body | Answer |
  * |---|---|---|
@@ -36,6 +42,23 @@ export const ADMIN_TOKEN_ENV = 'FLOTILLA_ADMIN_TOKEN'
 /** How long a drain waits for in-flight requests when the call names no timeout. */
 export const DEFAULT_DRAIN_TIMEOUT_MS = 30_000
 
+/**
+ * What a server name may be, in the fleet file (`inference_servers[].name`) and in `POST /v1/endpoints`: 1 to 63
+ * ASCII letters, digits, `.`, `_`, `:` and `-`, starting with a letter or digit. A name is a path segment of this
+ * API (`/v1/endpoints/<name>/drain`), a Prometheus label value, a log field and the `x-flotilla-endpoint` header on
+ * every answer, so it is kept to characters that need no escaping in any of them; starting with a letter or digit
+ * rules out `.` and `..` (which URL clients collapse), and names that read as flags (`-x`) on the command line. 63 is
+ * a DNS label's limit, so a host name or a Kubernetes pod name fits, `host:port` fits, and a name stays far below
+ * the router's limit on one path segment (100). `:` is allowed for names made of an address (`10.0.0.5:8000`).
+ */
+export const SERVER_NAME_RULE = Object.freeze({
+  regex: /^[A-Za-z0-9][A-Za-z0-9._:-]{0,62}$/,
+  text: "a server name is 1 to 63 characters, ASCII letters, digits, '.', '_', ':' and '-', starting with a letter or " +
+    'digit (it is sent in URLs, metric labels, logs and the x-flotilla-endpoint header)'
+})
+/** The longest server name {@link SERVER_NAME_RULE} allows. */
+export const MAX_SERVER_NAME_LENGTH = 63
+
 /** Where an endpoint came from: the fleet file, the admin API. */
 export type EndpointSource = 'file' | 'admin'
 
@@ -56,7 +79,7 @@ export interface EndpointList {
 
 /** `POST /v1/endpoints`. */
 export interface AddEndpointBody {
-  /** Unique in the fleet; visible ASCII, no spaces. */
+  /** Unique in the fleet; see {@link SERVER_NAME_RULE}. */
   name: string
   host: string
   /** 1-65535. */

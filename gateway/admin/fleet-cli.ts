@@ -3,18 +3,23 @@
  * call, or for `drain` one call and a poll, printed as plain aligned text for a person or, with `--json`, as the
  * server's own JSON for a script.
  *
- * Input that is obviously wrong (a port of 70000, a weight of 1.5) is refused here with a usage error, because a
- * round trip would only say the same thing later; everything that needs the fleet's state (a duplicate name, an
- * unknown model) is left to the server, which is the one place that knows.
+ * Input that is obviously wrong (a port of 70000, a weight of 1.5, a name for `add` that breaks the server-name rule)
+ * is refused here with a usage error, because a round trip would only say the same thing later; everything that
+ * needs the fleet's state (a duplicate name, an unknown model) is left to the server, which is the one place that
+ * knows.
+ *
+ * What the admin API asks of its clients so that browsers cannot use it (`admin-guard.ts`), this command does by
+ * construction: every POST, PUT and DELETE carries `Content-Type: application/json`, body or not; undici sends the
+ * URL's host and port as `Host`, and never `Origin` or `Sec-Fetch-Site`.
  *
  * All I/O but HTTP comes through {@link FleetCliIo}, so tests run the real command against a fake admin server
  * without touching the process's streams, environment or clock.
  */
 import { parseArgs } from 'node:util'
 import { Agent, request, type Dispatcher } from 'undici'
-import { createError, isFlotillaError } from '../../common/errors.ts'
+import { createError, errorCodes, isFlotillaError } from '../../common/errors.ts'
 import {
-  ADMIN_TOKEN_ENV, DEFAULT_ADMIN_URL, DEFAULT_DRAIN_TIMEOUT_MS,
+  ADMIN_TOKEN_ENV, DEFAULT_ADMIN_URL, DEFAULT_DRAIN_TIMEOUT_MS, SERVER_NAME_RULE,
   type AddEndpointBody, type AdminEndpointView, type CanaryBody, type CanaryList, type CanarySideStats,
   type CanaryView, type DrainBody, type DrainStatus, type EndpointList, type RemoveResult, type WeightBody
 } from './api.ts'
@@ -360,6 +365,10 @@ function hostPort (raw: string): { host: string, port: number } {
 }
 
 function addBody (name: string, address: string, flags: Flags): AddEndpointBody {
+  if (!SERVER_NAME_RULE.regex.test(name)) {
+    const quoted = name.length > 100 ? `'${name.slice(0, 40)}...' (${name.length} characters)` : `'${name}'`
+    usage(`${quoted} cannot be a server name: ${SERVER_NAME_RULE.text}`)
+  }
   const { host, port } = hostPort(address)
   if (flags.models !== undefined && flags.discover === true) usage('give either --models or --discover, not both')
   const body: AddEndpointBody = {
@@ -460,7 +469,9 @@ function httpFailure (c: Context, status: number, text: string, path: string): E
   } catch {}
   message ??= text.trim().slice(0, 200) || 'no error message'
   let hint = ''
-  if (status === 401 || status === 403) {
+  // A 403 is a wrong token only when it says so; the others (a call that looks like a browser's, a Host the API does
+  // not answer to) carry their own remedy, and no token would change them.
+  if (status === 401 || (status === 403 && message === errorCodes.GW_ERR_ADMIN_FORBIDDEN.message)) {
     hint = c.token === undefined
       ? `\nhint: the admin API wants a token: pass --token-file FILE or set ${ADMIN_TOKEN_ENV}`
       : `\nhint: the token from ${c.token.source} was not accepted; check --token-file / ${ADMIN_TOKEN_ENV}`
@@ -475,11 +486,9 @@ async function call<T> (c: Context, method: Dispatcher.HttpMethod, path: string,
   const url = new URL(`${c.base.pathname.replace(/\/+$/, '')}${path}`, c.base.origin)
   const headers: Record<string, string> = { accept: 'application/json' }
   if (c.token !== undefined) headers.authorization = `Bearer ${c.token.value}`
-  let payload: string | undefined
-  if (body !== undefined) {
-    payload = JSON.stringify(body)
-    headers['content-type'] = 'application/json'
-  }
+  // On every call that changes something, body or not: the admin API refuses a POST, PUT or DELETE without it.
+  if (method !== 'GET') headers['content-type'] = 'application/json'
+  const payload = body === undefined ? undefined : JSON.stringify(body)
   let status: number
   let text: string
   try {

@@ -105,6 +105,14 @@ export interface Spec<T> {
 /** The type a spec produces. */
 export type Infer<S> = S extends Spec<infer T> ? T : never
 
+/** Longer values are cut in messages, so that a 10 KB name yields a readable message, not a 10 KB one. */
+const MAX_QUOTED_LENGTH = 100
+
+/** A string value as messages quote it: `'value'`, cut after {@link MAX_QUOTED_LENGTH} characters with its length. */
+export function quote (value: string): string {
+  return value.length <= MAX_QUOTED_LENGTH ? `'${value}'` : `'${value.slice(0, 40)}...' (${value.length} characters)`
+}
+
 /** Describes what was found, for "must be X, got Y" messages. */
 export function describeNode (node: Node | null): string {
   if (node === null) return 'nothing'
@@ -113,7 +121,7 @@ export function describeNode (node: Node | null): string {
   if (isScalar(node)) {
     const value = node.value
     if (value === null) return 'nothing (null)'
-    if (typeof value === 'string') return value === '' ? 'an empty string' : `'${value}' (a string)`
+    if (typeof value === 'string') return value === '' ? 'an empty string' : `${quote(value)} (a string)`
     if (typeof value === 'number') return String(value)
     if (typeof value === 'boolean') return `${value} (a boolean)`
     return typeof value
@@ -157,7 +165,7 @@ export function string (options: StringOptions = {}): Spec<string> {
         return INVALID
       }
       if (options.pattern !== undefined && !options.pattern.regex.test(value)) {
-        ctx.report(node, at, `${path} '${value}' is not allowed: ${options.pattern.hint}`)
+        ctx.report(node, at, `${path} ${quote(value)} is not allowed: ${options.pattern.hint}`)
         return INVALID
       }
       const problem = options.check?.(value)
@@ -354,7 +362,7 @@ export function mapOf<T> (value: Spec<T>, options: MapOfOptions = {}): Spec<Read
         }
         seen.set(key, keyNode)
         if (options.key !== undefined && !options.key.regex.test(key)) {
-          ctx.report(keyNode, null, `${path} key '${key}' is not allowed: ${options.key.hint}`)
+          ctx.report(keyNode, null, `${path} key ${quote(key)} is not allowed: ${options.key.hint}`)
           ok = false
           continue
         }

@@ -72,7 +72,9 @@ function replaceFile (file: string, text: string): void {
 async function admin<T> (gw: Gateway, method: 'GET' | 'POST' | 'PUT' | 'DELETE', path: string, body?: unknown): Promise<{ status: number, json: T }> {
   const res = await request(`${gw.admin}${path}`, {
     method,
-    ...(body === undefined ? {} : { body: JSON.stringify(body), headers: { 'content-type': 'application/json' } }),
+    // Every change says it is JSON, body or not: the admin API refuses one that does not (a browser's cross-site POST).
+    ...(method === 'GET' ? {} : { headers: { 'content-type': 'application/json' } }),
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
     signal: AbortSignal.timeout(CLIENT_TIMEOUT_MS)
   })
   const text = await res.body.text()

@@ -1,16 +1,20 @@
 /**
  * The admin API (`gateway/admin/admin-server.ts`, contract in `api.ts`) through a real gateway on port 0 with fake
  * workers: the bearer token, every endpoint route (list, get, add, drain, undrain, remove, weight), every canary
- * route, the effective config, and the answers to bad input, unknown names and wrong methods.
+ * route, the effective config, and the answers to bad input, unknown names and wrong methods. Issue 14: calls a web
+ * page could make (Origin, Sec-Fetch-Site, a DNS-rebinding Host, a change without `Content-Type: application/json`)
+ * are refused, and server names, in the fleet file and here, keep to one rule.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { createConnection } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { Writable } from 'node:stream'
 import t, { type Test } from 'tap'
 import { servers, testConfig, worker } from '../fixtures/gateway-config.ts'
+import { runFleetCommand } from '../../../gateway/admin/fleet-cli.ts'
 import { startGateway, type GatewayOptions, type RunningGateway } from '../../../gateway/main.ts'
-import { silentLogger } from '../../../common/logger.ts'
+import { createLogger, silentLogger } from '../../../common/logger.ts'
 import { closedPort, send, type Answer, type FakeWorker } from '../fixtures/fake-worker.ts'
 
 const TOKEN = 's3cret-token'
@@ -31,11 +35,14 @@ async function gateway (t: Test, yaml: string, options: Partial<GatewayOptions> 
   return g
 }
 
-/** One admin call; `body` an object is sent as JSON, a string as it is. */
+/**
+ * One admin call; `body` an object is sent as JSON, a string as it is. Every method but GET carries
+ * `Content-Type: application/json`, as `flotilla fleet` sends it; `headers` may replace it.
+ */
 function admin (g: RunningGateway, method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<Answer> {
   const raw = body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body)
   return send(g.adminPort, method, path, {
-    headers: { ...(raw === undefined ? {} : { 'content-type': 'application/json' }), ...headers },
+    headers: { ...(method === 'GET' ? {} : { 'content-type': 'application/json' }), ...headers },
     ...(raw === undefined ? {} : { body: raw })
   })
 }
@@ -323,9 +330,11 @@ t.test('add refuses bad input with a message that says what to fix', async (t) =
     t.match(answer.headers['content-type'], /application\/json/)
     t.match(errorOf(answer), message, what)
   }
-  const noBody = await send(g.adminPort, 'POST', '/v1/endpoints')
-  t.equal(noBody.status, 400, 'no body at all, no content-type')
+  const noBody = await send(g.adminPort, 'POST', '/v1/endpoints', { headers: { 'content-type': 'application/json' } })
+  t.equal(noBody.status, 400, 'no body at all')
   t.match(errorOf(noBody), /this call needs a JSON body/)
+  const noType = await send(g.adminPort, 'POST', '/v1/endpoints')
+  t.equal(noType.status, 415, 'no body and no content-type: the content-type is asked for first')
 
   t.equal(json(await admin(g, 'GET', '/v1/endpoints')).endpoints.length, 1, 'nothing was added')
   t.equal(a.seen.length, 0, 'and no worker was asked anything')
@@ -641,4 +650,277 @@ t.test('canaries: invalid bodies are 400 saying what to fix; a model not served 
   t.equal(notServed.status, 404)
   t.match(errorOf(notServed), /'nope' is not served by any server in the fleet \(served models: m, s\)/)
   t.strictSame(json(await admin(g, 'GET', '/v1/canaries')), { canaries: [] }, 'nothing was set')
+})
+
+// ---- issue 14: web pages kept off the admin API; server names limited ----
+
+const EVIL = 'http://evil.example'
+const NAME_RULE = "a server name is 1 to 63 characters, ASCII letters, digits, '.', '_', ':' and '-', starting with a " +
+  'letter or digit (it is sent in URLs, metric labels, logs and the x-flotilla-endpoint header)'
+
+/** A logger that keeps its lines, parsed, for the tests that check what is logged. */
+function recordingLogger (): { logger: ReturnType<typeof createLogger>, lines: Array<Record<string, unknown>> } {
+  const lines: Array<Record<string, unknown>> = []
+  const destination = new Writable({
+    write (chunk: Buffer, _encoding, callback) {
+      for (const line of chunk.toString('utf8').split('\n')) if (line !== '') lines.push(JSON.parse(line) as Record<string, unknown>)
+      callback()
+    }
+  })
+  return { logger: createLogger({ level: 'warn', destination }), lines }
+}
+
+t.test('issue 14: the reported call (text/plain POST, foreign Origin and Host) adds nothing, and each defence alone refuses it', async (t) => {
+  const a = await worker(t, 'a')
+  const c = await worker(t, 'c')
+  const g = await gateway(t, servers({ name: 'a', port: a.port }))
+  const body = JSON.stringify({ name: 'evil', host: '127.0.0.1', port: c.port, models: ['m'] })
+  const own = `127.0.0.1:${g.adminPort}`
+  const post = (headers: Record<string, string>): Promise<Answer> => send(g.adminPort, 'POST', '/v1/endpoints', { headers, body })
+
+  const reported = await post({ origin: EVIL, host: `evil.example:${g.adminPort}`, 'content-type': 'text/plain' })
+  t.equal(reported.status, 403)
+  t.match(reported.headers['content-type'], /application\/json/)
+  t.equal(errorOf(reported), "the admin API does not answer web pages: this call carries an Origin header (http://evil.example), " +
+    "which browsers send and 'flotilla fleet' and curl do not; make admin calls from the command line, not from a browser")
+
+  const cases: Array<[string, Record<string, string>, number, RegExp]> = [
+    ['a foreign Origin alone', { origin: EVIL, host: own, 'content-type': 'application/json' }, 403, /carries an Origin header \(http:\/\/evil\.example\)/],
+    ['Origin: null (a sandboxed page, a redirect)', { origin: 'null', host: own, 'content-type': 'application/json' }, 403, /carries an Origin header \(null\)/],
+    ['our own origin', { origin: `http://${own}`, host: own, 'content-type': 'application/json' }, 403, /carries an Origin header/],
+    ['Sec-Fetch-Site: cross-site', { 'sec-fetch-site': 'cross-site', host: own, 'content-type': 'application/json' }, 403, /carries Sec-Fetch-Site: cross-site/],
+    ['Sec-Fetch-Site: same-site', { 'sec-fetch-site': 'same-site', host: own, 'content-type': 'application/json' }, 403, /carries Sec-Fetch-Site: same-site/],
+    ['Sec-Fetch-Site: same-origin (a rebound page)', { 'sec-fetch-site': 'same-origin', host: own, 'content-type': 'application/json' }, 403, /Sec-Fetch-Site: same-origin/],
+    ['a DNS-rebinding Host alone', { host: `evil.example:${g.adminPort}`, 'content-type': 'application/json' }, 403,
+      new RegExp(`^the admin API does not answer to Host 'evil\\.example:${g.adminPort}', only to IP addresses, localhost \\(a web page ` +
+        'that points its own name at this machine, DNS rebinding, sends a foreign Host\\); call it by address, or list the name in gateway\\.admin_allowed_hosts$')],
+    ['text/plain alone', { host: own, 'content-type': 'text/plain' }, 415,
+      /^POST \/v1\/endpoints needs the header Content-Type: application\/json, got 'text\/plain'; send it on every POST, PUT and DELETE, even one without a body \(curl: -H 'content-type: application\/json'\)$/],
+    ['a form alone', { host: own, 'content-type': 'application/x-www-form-urlencoded' }, 415, /got 'application\/x-www-form-urlencoded'/],
+    ['no Content-Type alone', { host: own }, 415, /needs the header Content-Type: application\/json, got none;/]
+  ]
+  for (const [what, headers, status, message] of cases) {
+    const answer = await post(headers)
+    t.equal(answer.status, status, `${what}: ${answer.body}`)
+    t.match(errorOf(answer), message, what)
+  }
+  t.strictSame(json(await admin(g, 'GET', '/v1/endpoints')).endpoints.map((e: { name: string }) => e.name), ['a'], 'nothing was added')
+  t.equal(c.seen.length, 0, 'and the worker was never asked anything')
+  t.equal((await post({ host: own, 'content-type': 'application/json; charset=utf-8' })).status, 201, 'the same call from a program works')
+})
+
+t.test('issue 14: reads are refused too (a rebound page can read answers), on every path, before the token and the route', async (t) => {
+  const a = await worker(t, 'a')
+  const g = await gateway(t, servers({ name: 'a', port: a.port }))
+  const get = (path: string, headers: Record<string, string>): Promise<Answer> => send(g.adminPort, 'GET', path, { headers })
+  for (const path of ['/v1/endpoints', '/v1/endpoints/a', '/v1/config', '/v1/canaries', '/v1/nothing-here']) {
+    t.equal((await get(path, { host: `evil.example:${g.adminPort}` })).status, 403, `${path}: a rebinding Host`)
+    t.equal((await get(path, { origin: EVIL })).status, 403, `${path}: an Origin`)
+    t.equal((await get(path, { 'sec-fetch-site': 'cross-site' })).status, 403, `${path}: Sec-Fetch-Site`)
+  }
+  // A CORS preflight is refused like the rest, and grants nothing.
+  const preflight = await send(g.adminPort, 'OPTIONS', '/v1/endpoints', {
+    headers: { origin: EVIL, 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type' }
+  })
+  t.equal(preflight.status, 403)
+  t.equal(preflight.headers['access-control-allow-origin'], undefined, 'no CORS grant')
+
+  // What programs and a typed-in URL send passes, whatever the port the client used (a published or forwarded port).
+  const allowed = [`127.0.0.1:${g.adminPort}`, `localhost:${g.adminPort}`, `LocalHost:${g.adminPort}`, `[::1]:${g.adminPort}`,
+    '127.0.0.1:19000', 'localhost', '10.1.2.3:9000', '[fd00::7]:9000']
+  for (const host of allowed) t.equal((await get('/v1/endpoints', { host })).status, 200, `Host: ${host}`)
+  t.equal((await get('/v1/endpoints', { 'sec-fetch-site': 'none' })).status, 200, 'Sec-Fetch-Site: none is a URL typed into the address bar')
+
+  const refused = ['localhost.evil.example', '127.0.0.1.nip.io:9000', 'evil.example', `localhost.:${g.adminPort}`, '[evil.example]:1',
+    'a:b:9000', `${'h'.repeat(300)}:1`]
+  for (const host of refused) {
+    const answer = await get('/v1/endpoints', { host })
+    t.equal(answer.status, 403, `Host: ${host.slice(0, 40)}`)
+    t.ok(answer.body.length < 600, 'a long Host is not echoed whole')
+  }
+  // An empty Host, and none at all (HTTP/1.0): no browser sends either, and neither names this listener.
+  for (const head of ['GET /v1/endpoints HTTP/1.1\r\nHost: \r\nConnection: close\r\n\r\n', 'GET /v1/endpoints HTTP/1.0\r\n\r\n']) {
+    const raw = await rawExchange(g.adminPort, head)
+    t.match(raw, /^HTTP\/1\.1 403 /, JSON.stringify(head))
+    t.match(raw, /does not answer to (Host ''|a call without a Host header)/)
+  }
+})
+
+/** Sends `head` as it is and resolves with everything the server wrote back before closing. */
+function rawExchange (port: number, head: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = createConnection({ host: '127.0.0.1', port })
+    let text = ''
+    socket.on('data', (chunk: Buffer) => { text += chunk.toString('utf8') })
+    socket.once('end', () => resolve(text))
+    socket.once('error', reject)
+    socket.write(head)
+  })
+}
+
+t.test('issue 14: changes without a body need Content-Type: application/json too; with it (any case, any charset) they work', async (t) => {
+  const a = await worker(t, 'a')
+  const b = await worker(t, 'b')
+  const g = await gateway(t, servers({ name: 'a', port: a.port }, { name: 'b', port: b.port }))
+  await setCanaryForIssue14(t, g)
+  const bare = (method: string, path: string, type?: string): Promise<Answer> =>
+    send(g.adminPort, method, path, type === undefined ? {} : { headers: { 'content-type': type } })
+  const calls: Array<[string, string]> = [
+    ['POST', '/v1/endpoints/b/drain'], ['POST', '/v1/endpoints/b/undrain'], ['DELETE', '/v1/endpoints/b?force=1'],
+    ['PUT', '/v1/endpoints/b/weight'], ['POST', '/v1/models/m/canary/promote'], ['POST', '/v1/models/m/canary/rollback'],
+    ['DELETE', '/v1/models/m/canary'], ['PUT', '/v1/models/m/canary']
+  ]
+  for (const [method, path] of calls) {
+    for (const type of [undefined, 'text/plain', 'application/jsonx', 'application/json-patch+json', 'multipart/form-data; boundary=x']) {
+      const answer = await bare(method, path, type)
+      t.equal(answer.status, 415, `${method} ${path} with ${type ?? 'no Content-Type'}`)
+      t.match(errorOf(answer), new RegExp(`^${method} ${path.split('?')[0]!.replace(/[/]/g, '\\/')} needs the header Content-Type: application\\/json`))
+    }
+  }
+  const after = json(await admin(g, 'GET', '/v1/endpoints/b'))
+  t.match(after, { state: 'active', configured_weight: 1 }, 'b was neither drained, removed nor reweighed')
+  t.match(json(await admin(g, 'GET', '/v1/models/m/canary')), { promoted: false, percent: 10 }, 'the canary was left alone')
+
+  t.equal((await bare('POST', '/v1/endpoints/b/drain', 'Application/JSON')).status, 202, 'the media type is compared without case')
+  t.equal((await bare('POST', '/v1/endpoints/b/undrain', 'application/json; charset=utf-8')).status, 200, 'parameters are allowed')
+  t.equal((await bare('POST', '/v1/models/m/canary/promote', 'application/json')).status, 200)
+  t.equal((await bare('DELETE', '/v1/endpoints/b?force=1', 'application/json')).status, 200)
+
+  // Only the routes that change something ask: an unknown path stays a 404, a wrong method a 405, a read needs nothing.
+  t.equal((await bare('POST', '/v1/nothing-here')).status, 404)
+  t.equal((await bare('PATCH', '/v1/endpoints/a')).status, 405)
+  t.equal((await bare('POST', '/v1/config')).status, 405)
+  t.equal((await bare('GET', '/v1/endpoints/a', 'text/plain')).status, 200)
+})
+
+async function setCanaryForIssue14 (t: Test, g: RunningGateway): Promise<void> {
+  const set = await admin(g, 'PUT', '/v1/models/m/canary', { canary_servers: ['b'], percent: 10 })
+  t.equal(set.status, 200, set.body)
+}
+
+t.test('issue 14: a token configured on loopback is required, and does not let a web page through', async (t) => {
+  const a = await worker(t, 'a')
+  const g = await gateway(t, servers({ name: 'a', port: a.port }), { env: { FLOTILLA_ADMIN_TOKEN: TOKEN } })
+  const bearer = { authorization: `Bearer ${TOKEN}` }
+  t.equal((await admin(g, 'GET', '/v1/endpoints')).status, 401, 'on 127.0.0.1 a configured token is required')
+  t.equal((await admin(g, 'GET', '/v1/endpoints', undefined, { authorization: 'Bearer nope' })).status, 403)
+  t.equal((await admin(g, 'GET', '/v1/endpoints', undefined, bearer)).status, 200)
+
+  const withOrigin = await admin(g, 'GET', '/v1/endpoints', undefined, { ...bearer, origin: EVIL })
+  t.equal(withOrigin.status, 403, 'the right token from a page is still refused')
+  t.match(errorOf(withOrigin), /does not answer web pages/)
+  t.equal((await admin(g, 'GET', '/v1/endpoints', undefined, { ...bearer, host: `evil.example:${g.adminPort}` })).status, 403)
+  t.equal((await admin(g, 'GET', '/v1/endpoints', undefined, { origin: EVIL })).status, 403, 'a page does not learn that a token is needed')
+
+  t.equal((await admin(g, 'POST', '/v1/endpoints/a/undrain', undefined, { 'content-type': 'text/plain' })).status, 401, 'the token before the content type')
+  t.equal((await admin(g, 'POST', '/v1/endpoints/a/undrain', undefined, { ...bearer, 'content-type': 'text/plain' })).status, 415)
+  t.equal((await admin(g, 'POST', '/v1/endpoints/a/undrain', undefined, bearer)).status, 200)
+})
+
+t.test('issue 14: refused calls are logged at warn, the first of each kind at once', async (t) => {
+  const a = await worker(t, 'a')
+  const { logger, lines } = recordingLogger()
+  const g = await gateway(t, servers({ name: 'a', port: a.port }), { logger })
+  for (let i = 0; i < 3; i++) await admin(g, 'GET', '/v1/endpoints', undefined, { origin: EVIL })
+  await admin(g, 'GET', '/v1/config', undefined, { host: 'evil.example' })
+  await admin(g, 'GET', '/v1/config', undefined, { 'sec-fetch-site': 'cross-site' })
+  await admin(g, 'POST', '/v1/endpoints/a/undrain', undefined, { 'content-type': 'text/plain' })
+  const refused = lines.filter((l) => String(l.msg).startsWith('admin call refused'))
+  t.strictSame(refused.map((l) => l.refused), ['origin', 'host', 'sec-fetch-site', 'content-type'], 'one line per kind within the minute')
+  t.match(refused[0], { level: 40, method: 'GET', url: '/v1/endpoints', header: EVIL, ip: '127.0.0.1' })
+  t.match(refused[1], { header: 'evil.example', msg: /does not answer to Host 'evil\.example'/ })
+  t.match(refused[3], { method: 'POST', header: 'text/plain' })
+})
+
+t.test('issue 14: server names are limited in the admin API as in the fleet file; a long name in a path is 400, not 414', async (t) => {
+  const a = await worker(t, 'a')
+  const c = await worker(t, 'c')
+  const g = await gateway(t, servers({ name: 'a', port: a.port }))
+  const base = { host: '127.0.0.1', port: c.port, models: ['m'] }
+  const long = 'n'.repeat(10 * 1024)
+
+  for (const name of [long, 'x'.repeat(64), 'my server', 'rack/1', '-a', '..', '.hidden', 'wörker', 'a\tb', "a'b", 'a%20b']) {
+    const answer = await admin(g, 'POST', '/v1/endpoints', { ...base, name })
+    t.equal(answer.status, 400, `${name.slice(0, 20)}: ${answer.body.slice(0, 200)}`)
+    t.ok(errorOf(answer).endsWith(`is not allowed: ${NAME_RULE}`), 'the message states the rule')
+    t.ok(answer.body.length < 600, 'a long name is not echoed whole')
+  }
+  t.match(errorOf(await admin(g, 'POST', '/v1/endpoints', { ...base, name: long })), `name '${'n'.repeat(40)}...' (10240 characters) is not allowed`)
+  t.strictSame(json(await admin(g, 'GET', '/v1/endpoints')).endpoints.map((e: { name: string }) => e.name), ['a'], 'none was added')
+
+  const longest = 'x'.repeat(63)
+  t.equal((await admin(g, 'POST', '/v1/endpoints', { ...base, name: longest })).status, 201, '63 characters is allowed')
+  t.equal((await admin(g, 'POST', `/v1/endpoints/${longest}/drain?wait=1`)).status, 200, 'and can be drained')
+  t.equal((await admin(g, 'DELETE', `/v1/endpoints/${longest}`)).status, 200, 'and removed')
+
+  // Names in paths: a name that breaks the rule is a 400 in our shape, whatever its length (fastify's router would
+  // answer a segment over its limit with a 414 of its own).
+  const paths: Array<[string, string]> = [
+    ['GET', `/v1/endpoints/${long}`], ['GET', `/v1/endpoints/${long}/drain`], ['POST', `/v1/endpoints/${long}/drain`],
+    ['POST', `/v1/endpoints/${long}/undrain`], ['DELETE', `/v1/endpoints/${long}`], ['PUT', `/v1/endpoints/${long}/weight`],
+    ['GET', `/v1/endpoints/${'x'.repeat(64)}`], ['GET', '/v1/endpoints/bad%20name'], ['DELETE', '/v1/endpoints/-a'], ['GET', '/v1/endpoints/']
+  ]
+  for (const [method, path] of paths) {
+    const answer = await admin(g, method, path, method === 'PUT' ? { weight: 1 } : undefined)
+    t.equal(answer.status, 400, `${method} ${path.slice(0, 40)}`)
+    t.match(answer.headers['content-type'], /application\/json/)
+    t.match(errorOf(answer), /^the endpoint name in the path, '.*, is not allowed: a server name is 1 to 63 characters/)
+    t.ok(answer.body.length < 600, 'a long name is not echoed whole')
+  }
+  t.equal(errorOf(await admin(g, 'GET', `/v1/endpoints/${long}`)),
+    `the endpoint name in the path, '${'n'.repeat(40)}...' (10240 characters), is not allowed: ${NAME_RULE}`)
+  const unknown = await admin(g, 'GET', '/v1/endpoints/a/nothing-here')
+  t.equal(unknown.status, 404, 'a valid name under an unknown path is still a 404')
+  t.equal(errorOf(unknown), 'Not Found')
+  t.equal((await admin(g, 'GET', `/v1/endpoints/${long}`, undefined, { origin: EVIL })).status, 403, 'the browser checks come first there too')
+
+  // Model names in canary paths: bounded the same way.
+  for (const [method, path] of [['GET', `/v1/models/${long}/canary`], ['PUT', `/v1/models/${long}/canary`], ['DELETE', `/v1/models/${long}/canary`],
+    ['POST', `/v1/models/${long}/canary/promote`], ['POST', `/v1/models/${long}/canary/rollback`]] as const) {
+    const answer = await admin(g, method, path, method === 'PUT' ? { canary_servers: ['a'], percent: 1 } : undefined)
+    t.equal(answer.status, 400, `${method} ${path.slice(0, 40)}`)
+    t.match(errorOf(answer), /^the model name in the path, 'n{40}\.\.\.' \(10240 characters\), is too long: model names in admin paths are at most \d+ characters$/)
+  }
+  t.equal((await admin(g, 'GET', '/v1/models/nope/canary')).status, 404, 'a short unknown model is a 404, as before')
+  t.equal(errorOf(await admin(g, 'GET', '/v1/models/m')), 'Not Found')
+})
+
+t.test('issue 14: flotilla fleet works against the guarded admin API, body-less changes included', async (t) => {
+  const a = await worker(t, 'a')
+  const b = await worker(t, 'b')
+  const g = await gateway(t, servers({ name: 'a', port: a.port }, { name: 'b', port: b.port }))
+  const run = async (...args: string[]): Promise<{ code: number, out: string, err: string }> => {
+    let out = ''
+    let err = ''
+    const code = await runFleetCommand([...args, '--admin', `http://localhost:${g.adminPort}`], {
+      stdout: { write: (s: string) => { out += s } },
+      stderr: { write: (s: string) => { err += s } },
+      env: {},
+      readFile: () => { throw new Error('no files here') },
+      sleep: async () => {}
+    })
+    return { code, out, err }
+  }
+  for (const args of [['list'], ['add', 'c', `127.0.0.1:${b.port}`, '--models', 'm'], ['weight', 'c', '3'], ['drain', 'c'], ['undrain', 'c'],
+    ['canary', 'm', 'set', '--percent', '5', '--servers', 'c'], ['canary', 'm', 'promote'], ['canary', 'm', 'rollback'],
+    ['canary', 'm', 'clear'], ['remove', 'c', '--force'], ['drain', 'b', '--no-wait'], ['list']]) {
+    const r = await run(...args)
+    t.equal(r.code, 0, `flotilla fleet ${args.join(' ')}: ${r.err}`)
+  }
+  const bad = await run('add', 'x'.repeat(64), `127.0.0.1:${b.port}`)
+  t.equal(bad.code, 2, 'a name that breaks the rule is a usage error, before any call')
+  t.match(bad.err, /cannot be a server name: a server name is 1 to 63 characters/)
+})
+
+// Needs gateway/main.ts to pass `host: adminHost, allowedHosts: settings.admin_allowed_hosts` to buildAdminServer;
+// admin-guard.test.ts checks the same names on the guard itself.
+t.test('issue 14: names listed in gateway.admin_allowed_hosts are answered to, in any case, on any port', async (t) => {
+  const a = await worker(t, 'a')
+  const g = await gateway(t, `${servers({ name: 'a', port: a.port })}gateway: { admin_allowed_hosts: [gw.internal, Flotilla-Admin] }\n`)
+  for (const host of [`gw.internal:${g.adminPort}`, 'GW.INTERNAL', 'flotilla-admin:19000']) {
+    t.equal((await admin(g, 'GET', '/v1/endpoints', undefined, { host })).status, 200, host)
+  }
+  const evil = await admin(g, 'GET', '/v1/endpoints', undefined, { host: 'evil.example' })
+  t.equal(evil.status, 403)
+  t.match(errorOf(evil), /only to IP addresses, localhost and gw\.internal, flotilla-admin \(/)
 })

@@ -3,13 +3,14 @@
  * canned answers that change from call to call where the command depends on that (a drain's in-flight count), and
  * a record of every request, so each test checks both what was sent and what was printed.
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import { type AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
 import {
   type AddEndpointBody, type AdminEndpointView, type CanaryBody, type CanaryView, type DrainStatus
 } from '../../../gateway/admin/api.ts'
 import { FLEET_USAGE, runFleetCommand, type FleetCliIo } from '../../../gateway/admin/fleet-cli.ts'
+import { createError, errorCodes } from '../../../common/errors.ts'
 
 interface Recorded {
   method: string
@@ -22,6 +23,8 @@ interface Recorded {
 interface FakeAdmin {
   url: string
   requests: Recorded[]
+  /** The headers of each request, in the same order. */
+  headers: IncomingHttpHeaders[]
 }
 
 function endpoint (over: Partial<AdminEndpointView> & { name: string }): AdminEndpointView {
@@ -93,6 +96,7 @@ const DRAIN_SCRIPTS: Record<string, { counts: number[], end?: 'undrained' | 'nev
 
 async function startFakeAdmin (t: Test, options: { token?: string } = {}): Promise<FakeAdmin> {
   const requests: Recorded[] = []
+  const headers: IncomingHttpHeaders[] = []
   const drains = new Map<string, { polls: number, timeoutMs: number }>()
 
   const drainStatus = (name: string): DrainStatus => {
@@ -111,7 +115,12 @@ async function startFakeAdmin (t: Test, options: { token?: string } = {}): Promi
     if (options.token !== undefined) {
       const auth = req.headers.authorization
       if (auth === undefined) return [401, { error: 'this admin API needs a bearer token' }]
-      if (auth !== `Bearer ${options.token}`) return [403, { error: 'wrong admin token' }]
+      if (auth !== `Bearer ${options.token}`) return [403, { error: errorCodes.GW_ERR_ADMIN_FORBIDDEN.message }]
+    }
+    // As the real server does (admin-guard.ts): every change says it is JSON, body or not, and browsers are refused.
+    if (req.headers.origin !== undefined || req.headers['sec-fetch-site'] !== undefined) return [403, { error: 'a browser' }]
+    if (method !== 'GET' && req.headers['content-type'] !== 'application/json') {
+      return [415, { error: `${method} ${path} needs the header Content-Type: application/json` }]
     }
     let m: RegExpExecArray | null
     if (path === '/v1/endpoints' && method === 'GET') return [200, { endpoints: ENDPOINTS }]
@@ -164,6 +173,7 @@ async function startFakeAdmin (t: Test, options: { token?: string } = {}): Promi
       const body: unknown = text === '' ? undefined : JSON.parse(text)
       const url = new URL(req.url!, 'http://x')
       requests.push({ method: req.method!, url: req.url!, body, authorization: req.headers.authorization })
+      headers.push(req.headers)
       const [status, answer] = route(req, url.pathname, url.searchParams, body)
       res.writeHead(status, { 'content-type': 'application/json', ...(status === 401 ? { 'www-authenticate': 'Bearer' } : {}) })
       res.end(JSON.stringify(answer))
@@ -171,7 +181,7 @@ async function startFakeAdmin (t: Test, options: { token?: string } = {}): Promi
   })
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   t.teardown(() => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()) }))
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, requests }
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, requests, headers }
 }
 
 interface Captured {
@@ -277,7 +287,11 @@ t.test('add refuses what is obviously wrong before calling', async (t) => {
     [['add', 'x', 'h:1', '--label', 'novalue'], /--label takes KEY=VALUE, got 'novalue'/],
     [['add', 'x', 'h:1', '--label', 'a=1', '--label', 'a=2'], /--label a is given twice/],
     [['add', 'x'], /flotilla fleet add needs HOST:PORT/],
-    [['add', 'x', 'h:1', '--percent', '5'], /flotilla fleet add does not take --percent/]
+    [['add', 'x', 'h:1', '--percent', '5'], /flotilla fleet add does not take --percent/],
+    [['add', 'my server', 'h:1'], /^flotilla fleet: 'my server' cannot be a server name: a server name is 1 to 63 characters, ASCII letters, digits, '\.', '_', ':' and '-', starting with a letter or digit/],
+    [['add', 'rack/1', 'h:1'], /'rack\/1' cannot be a server name/],
+    [['add', 'x'.repeat(64), 'h:1'], /'x{64}' cannot be a server name/],
+    [['add', 'n'.repeat(10240), 'h:1'], /'n{40}\.\.\.' \(10240 characters\) cannot be a server name/]
   ]
   for (const [args, message] of cases) {
     const r = await fleet(admin, args)
@@ -399,7 +413,38 @@ t.test('a 401 or 403 says how to give a token', async (t) => {
     'hint: the admin API wants a token: pass --token-file FILE or set FLOTILLA_ADMIN_TOKEN\n')
   r = await fleet(admin, ['list'], capture({ env: { FLOTILLA_ADMIN_TOKEN: 'wrong' } }))
   t.equal(r.code, 1)
-  t.match(r.err, 'wrong admin token (HTTP 403)\nhint: the token from $FLOTILLA_ADMIN_TOKEN was not accepted; check --token-file / FLOTILLA_ADMIN_TOKEN\n')
+  t.match(r.err, 'the admin token does not match (HTTP 403)\nhint: the token from $FLOTILLA_ADMIN_TOKEN was not accepted; check --token-file / FLOTILLA_ADMIN_TOKEN\n')
+})
+
+t.test('a 403 that is not about the token is printed with its own remedy, and no token hint', async (t) => {
+  const message = createError('GW_ERR_ADMIN_HOST', "Host 'gw.internal:9000'", '').message
+  const server = createServer((_req, res) => { res.writeHead(403, { 'content-type': 'application/json' }); res.end(JSON.stringify({ error: message })) })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise<void>((resolve) => server.close(() => resolve())))
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  for (const env of [{}, { FLOTILLA_ADMIN_TOKEN: 't' }]) {
+    const r = await fleet(url, ['list'], capture({ env }))
+    t.equal(r.code, 1)
+    t.equal(r.err, `flotilla fleet: ${message} (HTTP 403)\n`)
+  }
+})
+
+t.test('every call sends the Host of --admin and no browser header; every change says it is JSON, body or not', async (t) => {
+  const admin = await startFakeAdmin(t)
+  const runs = [['list'], ['add', 'x', 'h:1', '--models', 'simple'], ['drain', 'alpha', '--no-wait'], ['undrain', 'alpha'], ['weight', 'alpha', '2'],
+    ['remove', 'alpha', '--force'], ['canary', 'simple', 'promote'], ['canary', 'simple', 'rollback'], ['canary', 'simple', 'clear'],
+    ['canary', 'simple', 'set', '--percent', '5', '--servers', 'a']]
+  for (const args of runs) t.equal((await fleet(admin, args)).code, 0, args.join(' '))
+  const port = new URL(admin.url).port
+  admin.headers.forEach((h, i) => {
+    const { method, url } = admin.requests[i]!
+    t.equal(h.host, `127.0.0.1:${port}`, `${method} ${url}: Host`)
+    t.equal(h.origin, undefined, `${method} ${url}: no Origin`)
+    t.equal(h['sec-fetch-site'], undefined, `${method} ${url}: no Sec-Fetch-Site`)
+    t.equal(h['content-type'], method === 'GET' ? undefined : 'application/json', `${method} ${url}: Content-Type`)
+  })
+  t.ok(admin.requests.some((r) => r.method === 'POST' && r.body === undefined), 'body-less POSTs were among them')
+  t.ok(admin.requests.some((r) => r.method === 'DELETE'), 'and DELETEs')
 })
 
 t.test('weight, undrain and remove call their paths', async (t) => {

@@ -23,10 +23,12 @@ async function gateway (t: Test, yaml: string, seed = 1): Promise<RunningGateway
   return g
 }
 
+/** An admin call; every change carries `Content-Type: application/json`, body or not, as the admin API requires. */
 function admin (g: RunningGateway, method: string, path: string, body?: unknown): Promise<Answer> {
-  return send(g.adminPort, method, path, body === undefined
-    ? {}
-    : { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
+  return send(g.adminPort, method, path, {
+    ...(method === 'GET' ? {} : { headers: { 'content-type': 'application/json' } }),
+    ...(body === undefined ? {} : { body: JSON.stringify(body) })
+  })
 }
 
 async function setCanary (t: Test, g: RunningGateway, model: string, body: unknown): Promise<void> {

@@ -1,7 +1,7 @@
 import t from 'tap'
 import { LineCounter, parseDocument } from 'yaml'
 import {
-  INVALID, SchemaContext, formatProblem, integer, mapOf, number, object, optional, string, stringMap, withDefault,
+  INVALID, SchemaContext, formatProblem, integer, mapOf, number, object, optional, quote, string, stringMap, withDefault,
   type Spec
 } from '../../../gateway/fleet/yaml-schema.ts'
 
@@ -99,4 +99,15 @@ t.test('object check: rules between keys see the valid keys, even when another k
   t.strictSame(seen, [{ low: 10, high: 5 }], 'the invalid key is left out of what the rule sees')
   t.equal(read(spec, 'high: 5\n').value, INVALID, 'a rule that reports makes the object invalid')
   t.strictSame(read(spec, 'high: 50\n').value, { low: 10, high: 50 })
+})
+
+t.test('long values are quoted cut short, with their length, in every message that echoes them', async (t) => {
+  t.equal(quote('abc'), "'abc'")
+  t.equal(quote('x'.repeat(100)), `'${'x'.repeat(100)}'`)
+  t.equal(quote('x'.repeat(101)), `'${'x'.repeat(40)}...' (101 characters)`)
+  const long = 'y'.repeat(5000)
+  t.strictSame(read(string({ pattern: { regex: /^a$/, hint: 'only a' } }), long).problems, [`1:1: v '${'y'.repeat(40)}...' (5000 characters) is not allowed: only a`])
+  t.strictSame(read(integer(0, 1), long).problems, [`1:1: v must be an integer in 0..1, got '${'y'.repeat(40)}...' (5000 characters) (a string)`])
+  t.strictSame(read(mapOf(integer(0, 1), { key: { regex: /^a$/, hint: 'only a' } }), `${long}: 1`).problems,
+    [`1:1: v key '${'y'.repeat(40)}...' (5000 characters) is not allowed: only a`])
 })
