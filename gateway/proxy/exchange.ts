@@ -47,6 +47,8 @@ export class Exchange implements Dispatcher.DispatchHandler {
   /** An abort that came before undici handed over its controller. */
   #pendingAbort: Error | undefined = undefined
   #timedOut = false
+  /** The per-try timeout when it, not the request's deadline, is what the timer stands for. */
+  #perTryMs: number | undefined = undefined
   #answered = false
   #settled = false
   #statusCode = 0
@@ -73,13 +75,18 @@ export class Exchange implements Dispatcher.DispatchHandler {
     this.#resolve = resolve
   }
 
-  start (dispatcher: Dispatcher, headers: Record<string, string | string[]>, timeoutMs: number): void {
+  /**
+   * @param timeoutMs what is left of the request's deadline
+   * @param perTryMs the per-try timeout, `Infinity` for none
+   */
+  start (dispatcher: Dispatcher, headers: Record<string, string | string[]>, timeoutMs: number, perTryMs: number): void {
     const request = this.#request
     request.signal?.addEventListener('abort', this.#onClientGone)
+    if (perTryMs < timeoutMs) this.#perTryMs = perTryMs
     this.#timer = this.#settings.timers.setTimeout(() => {
       this.#timedOut = true
       this.#abort()
-    }, Math.max(0, timeoutMs))
+    }, Math.max(0, Math.min(timeoutMs, perTryMs)))
     try {
       dispatcher.dispatch({
         origin: this.#endpoint.origin,
@@ -161,7 +168,11 @@ export class Exchange implements Dispatcher.DispatchHandler {
     const endpoint = this.#endpoint
     const model = this.#model
     if (this.#timedOut) {
+      // Counted against the server either way: it did not answer in a time its peers answer in.
       this.#report(504, undefined)
+      if (this.#perTryMs !== undefined) {
+        return { ok: false, kind: 'timeout', error: createError('GW_ERR_ATTEMPT_TIMEOUT', endpoint.name, this.#perTryMs, model ?? '(none)') }
+      }
       return { ok: false, kind: 'final', error: createError('GW_ERR_UPSTREAM_TIMEOUT', endpoint.name, this.#configuredMs) }
     }
     // A client that went away says nothing about the server.

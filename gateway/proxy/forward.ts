@@ -12,7 +12,10 @@
  *   budget: a failed connect cost no server anything, and a reset is one dead or dying host (a SIGKILLed worker
  *   resets every request it holds at once), which the budget must not turn into failed requests; the once-only rule
  *   already bounds what resets can add (Envoy gets there by ejecting the host before the budget counts).
- * - Anything after the first response byte, and timeouts (the server may still be working on it), end the request.
+ * - An attempt that outlives its per-try timeout (`attempt-timeout.ts`: by default a multiple of the model's recent
+ *   p99) is abandoned, its late answer dropped with its connection, and the request moves on once, as after a reset:
+ *   the server is hung or far slower than its peers, and the attempt counts against it (outlier detection).
+ * - Anything after the first response byte ends the request, and so does the request deadline.
  * - One deadline covers the whole request (the model's `request_timeout_ms`): queueing, every attempt, backoff.
  * - A client that goes away cancels its upstream request, so the worker stops spending time on it.
  * - Headers cross as `headers.ts` says; every answer names the server in `x-flotilla-endpoint`.
@@ -23,6 +26,7 @@ import { type Balancer, type PickContext } from '../balancer/types.ts'
 import { DEFAULT_MAX_QUEUED_REQUESTS, DEFAULT_QUEUE_TIMEOUT_MS } from '../fleet/fleet-config.ts'
 import { type Endpoint } from '../fleet/types.ts'
 import { type Timers } from '../health/types.ts'
+import { AttemptTimeouts, DEFAULT_ATTEMPT_TIMEOUT_SETTINGS } from './attempt-timeout.ts'
 import { Admission, hasRoom, type AbortSignalLike, type AdmissionSettings, type WaitResult } from './admission.ts'
 import { Exchange, type ExchangeSettings } from './exchange.ts'
 import { upstreamRequestHeaders } from './headers.ts'
@@ -35,8 +39,8 @@ import {
 import { type AttemptFailure, type AttemptResult, describeError } from './upstream-errors.ts'
 import { type UpstreamPool } from './upstream-pool.ts'
 
-/** How many times a request that met a reset may move on to another server (see the header). */
-const MAX_RESET_RETRIES = 1
+/** How many times a request that met a reset or a per-try timeout may move on to another server (see the header). */
+const MAX_HOST_FAILURE_RETRIES = 1
 
 /** Options for {@link Forwarder}; everything but `pool` has a production default. */
 export interface ForwarderOptions {
@@ -49,6 +53,8 @@ export interface ForwarderOptions {
   /** Uniform in [0, 1), for backoff jitter; `Math.random` by default. */
   random?: () => number
   observer?: ForwardObserver
+  /** Per-try timeouts; default: each model's recent latency with the default rule. */
+  attemptTimeouts?: AttemptTimeouts
 }
 
 /** The fleet file's defaults for `gateway.max_queued_requests` and `gateway.queue_timeout_ms`. */
@@ -85,6 +91,7 @@ export class Forwarder {
   readonly #observer: ForwardObserver
   readonly #admissionSettings: AdmissionSettings
   readonly #exchangeSettings: ExchangeSettings
+  readonly #attemptTimeouts: AttemptTimeouts
   /** The in-flight limits and the gateway queue. */
   readonly admission: Admission
   /** Requests and retries in progress. */
@@ -100,6 +107,7 @@ export class Forwarder {
     this.admission = new Admission(this.#admissionSettings, this.#timers)
     this.budget = new RetryBudget(this.#retries)
     this.#exchangeSettings = { timers: this.#timers, observer: this.#observer, admission: this.admission }
+    this.#attemptTimeouts = options.attemptTimeouts ?? new AttemptTimeouts(DEFAULT_ATTEMPT_TIMEOUT_SETTINGS, this.#timers)
   }
 
   /**
@@ -121,7 +129,7 @@ export class Forwarder {
     /** The last 503 a worker answered: what the client gets when no retry succeeds. */
     let lastAnswer: { endpoint: Endpoint, response: UpstreamResponse } | undefined
     let retries = 0
-    let resets = 0
+    let hostFailures = 0
     let retrying = false
     this.budget.requestStarted()
     try {
@@ -133,7 +141,9 @@ export class Forwarder {
         }
         const endpoint = picked
         last = endpoint
-        const result = await this.#attempt(endpoint, model, request, headers, deadline - this.#timers.now(), policy.timeoutMs)
+        const started = this.#timers.now()
+        const perTryMs = this.#attemptTimeouts.timeoutMs(model, policy.perTryTimeoutMs)
+        const result = await this.#attempt(endpoint, model, request, headers, deadline - started, policy.timeoutMs, perTryMs)
         if (retrying) {
           // A retry holds its budget slot from the decision to retry until its attempt is over.
           this.budget.retryFinished()
@@ -141,24 +151,26 @@ export class Forwarder {
         }
         let cause: RetryCause
         if (result.ok) {
-          if (result.response.statusCode !== 503) return { ok: true, endpoint, response: result.response }
+          const status = result.response.statusCode
+          if (status === 200) this.#attemptTimeouts.record(model, policy.perTryTimeoutMs, this.#timers.now() - started)
+          if (status !== 503) return { ok: true, endpoint, response: result.response }
           lastAnswer = { endpoint, response: result.response }
           cause = 'unavailable'
         } else if (result.kind === 'final') {
           return { ok: false, endpoint, error: result.error }
         } else {
-          if (result.kind === 'reset' && resets++ >= MAX_RESET_RETRIES) return { ok: false, endpoint, error: result.error }
+          if (result.kind !== 'unreachable' && hostFailures++ >= MAX_HOST_FAILURE_RETRIES) return { ok: false, endpoint, error: result.error }
           lastFailure = result
-          cause = result.kind === 'reset' ? 'reset' : 'connect_failure'
+          cause = result.kind === 'unreachable' ? 'connect_failure' : result.kind
         }
         // Allocated only on the failure path; the common case never builds a set.
         ctx.exclude ??= new Set()
         ctx.exclude.add(endpoint)
         // Nowhere left to go is not a denial; it ends the request the same way, without counting a retry.
         const exhausted = ctx.exclude.size >= candidates.length
-        // Only a 503's retry takes a budget slot (see the header): a failed connect or a reset, whose retry moves on
-        // once at most, is a host that went away, and a killed worker must not fail its requests while its death is
-        // being noticed.
+        // Only a 503's retry takes a budget slot (see the header): a failed connect, a reset or a per-try timeout,
+        // whose retry moves on once at most, is a host that went away or hung, and a killed worker must not fail its
+        // requests while its death is being noticed.
         const denial = exhausted
           ? undefined
           : retries >= policy.maxRetries
@@ -195,7 +207,7 @@ export class Forwarder {
    */
   async sendTo (endpoint: Endpoint, request: ForwardRequest, headers: Record<string, string | string[]>, timeoutMs: number): Promise<ForwardResult> {
     this.admission.acquire(endpoint)
-    const result = await this.#attempt(endpoint, undefined, request, headers, timeoutMs, timeoutMs)
+    const result = await this.#attempt(endpoint, undefined, request, headers, timeoutMs, timeoutMs, Number.POSITIVE_INFINITY)
     return result.ok ? { ok: true, endpoint, response: result.response } : { ok: false, endpoint, error: result.error }
   }
 
@@ -290,6 +302,8 @@ export class Forwarder {
    *
    * @param timeoutMs what is left of the request's deadline
    * @param configuredMs the deadline as configured, for the 504 message
+   * @param perTryMs the per-try timeout (`Infinity` for none): when it comes first, the attempt ends as a retryable
+   *   `timeout` instead of a final 504
    */
   #attempt (
     endpoint: Endpoint,
@@ -297,7 +311,8 @@ export class Forwarder {
     request: ForwardRequest,
     headers: Record<string, string | string[]>,
     timeoutMs: number,
-    configuredMs: number
+    configuredMs: number,
+    perTryMs: number
   ): Promise<AttemptResult> {
     const started = this.#timers.now()
     let dispatcher: Dispatcher
@@ -308,7 +323,7 @@ export class Forwarder {
       return Promise.resolve({ ok: false, kind: 'unreachable', cause: err, error: wrapError('GW_ERR_UPSTREAM_UNREACHABLE', err, endpoint.name, describeError(err)) })
     }
     return new Promise((resolve) => {
-      new Exchange(this.#exchangeSettings, endpoint, model, request, configuredMs, started, resolve).start(dispatcher, headers, timeoutMs)
+      new Exchange(this.#exchangeSettings, endpoint, model, request, configuredMs, started, resolve).start(dispatcher, headers, timeoutMs, perTryMs)
     })
   }
 }

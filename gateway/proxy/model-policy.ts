@@ -41,6 +41,7 @@ export class ModelPolicies {
       balancer: createBalancer(lb.type, deps, lb.options === undefined ? undefined : toBalancerOptions(lb.options)),
       timeoutMs: config.gateway.request_timeout_ms,
       maxRetries: config.retries.max_retries,
+      perTryTimeoutMs: undefined,
       hashHeader: lb.hash_header
     })
     for (const [model, own] of Object.entries(config.models ?? {})) {
@@ -55,6 +56,7 @@ export class ModelPolicies {
         balancer,
         timeoutMs: own.request_timeout_ms ?? this.#default.timeoutMs,
         maxRetries: own.max_retries ?? this.#default.maxRetries,
+        perTryTimeoutMs: own.per_try_timeout_ms,
         hashHeader
       }))
     }

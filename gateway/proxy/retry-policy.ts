@@ -3,19 +3,21 @@
  *
  * What is retried (KServe v2 inference is side-effect free, so a POST may be replayed, which generic proxies will
  * not assume; see gateway-anchors.md section 7): a failed connect (the request never left), a reset before any
- * response byte (once only: see `forward.ts`), and a 503 (a worker whose queue is full, or not ready). Always on
- * another server, never the same one (Envoy's `previous_hosts` predicate).
+ * response byte or an attempt past its per-try timeout (once only, the two together: see `forward.ts`), and a 503
+ * (a worker whose queue is full, or not ready). Always on another server, never the same one (Envoy's
+ * `previous_hosts` predicate).
  *
  * How much: at most `max_retries` per request, and a retry budget as Envoy's for 503s: their retries in progress
  * may not exceed `budget_percent` of the requests in progress, with a floor of `min_concurrent`, so that when the
  * whole fleet is overloaded the gateway does not multiply its load (a fixed retry count alone triples it at
- * max_retries 2). Unlike Envoy, a retry after a failed connect or a reset needs no budget: a failed connect never
- * reached a server, and a reset (retried once at most, so it can at most double what reaches the fleet) is a host
- * that went away, so a worker that was just killed costs no request while the gateway learns of its death.
+ * max_retries 2). Unlike Envoy, a retry after a failed connect, a reset or a per-try timeout needs no budget: a
+ * failed connect never reached a server, and a reset or a timeout (retried once at most, so it can at most double
+ * what reaches the fleet) is a host that went away or hung, so a worker that was just killed or stopped costs no
+ * request while the gateway learns of it.
  *
  * How fast: full jitter (a uniform draw between 0 and `min(cap, base × 2^n)`), Envoy's 25 ms base and 250 ms cap,
- * so retries of a burst spread out instead of arriving together. A connect failure is retried at once: nothing
- * reached a server, and the next server is a different one.
+ * so retries of a burst spread out instead of arriving together. A connect failure and a per-try timeout are retried
+ * at once: nothing reached a server, or the request has already waited, and the next server is a different one.
  */
 
 import { DEFAULT_RETRY_SETTINGS as DEFAULT_RETRY_CONFIG, type RetryConfig } from '../fleet/fleet-config.ts'
@@ -47,7 +49,7 @@ export function retrySettingsOf (config: RetryConfig): RetrySettings {
 export const DEFAULT_RETRY_SETTINGS: RetrySettings = retrySettingsOf(DEFAULT_RETRY_CONFIG)
 
 /** Why a request was tried again; a metric label. */
-export type RetryCause = 'connect_failure' | 'reset' | 'unavailable'
+export type RetryCause = 'connect_failure' | 'reset' | 'timeout' | 'unavailable'
 
 /** Why a request that could have been retried was not; a metric label. */
 export type RetryDenial = 'max_retries' | 'budget'
@@ -58,7 +60,9 @@ export type RetryDenial = 'max_retries' | 'budget'
  * @param random uniform in [0, 1)
  */
 export function backoffMs (retry: number, cause: RetryCause, settings: RetrySettings, random: () => number): number {
-  if (cause === 'connect_failure') return 0
+  // A failed connect reached no server; a timed-out attempt has already waited its per-try timeout. Either way the
+  // next server is a different one, so there is nothing to wait for.
+  if (cause === 'connect_failure' || cause === 'timeout') return 0
   const ceiling = Math.min(settings.backoffMaxMs, settings.backoffBaseMs * 2 ** Math.max(0, retry - 1))
   return Math.floor(random() * ceiling)
 }

@@ -43,6 +43,8 @@ export interface RoutePolicy {
   readonly timeoutMs: number
   /** Most retries per request. */
   readonly maxRetries: number
+  /** The model's own fixed per-try timeout in ms (0: none); `undefined`: the fleet-wide rule (`attempt-timeout.ts`). */
+  readonly perTryTimeoutMs?: number | undefined
 }
 
 /** Where a request is going: the model, what the balancer may know, and the model's policy. */

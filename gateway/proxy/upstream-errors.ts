@@ -13,10 +13,13 @@ export const UNREACHABLE = new Set([
 // Errors of a connection that was up: the server may have received the request (and died of it).
 export const RESET = new Set(['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'UND_ERR_SOCKET'])
 
-/** Why an attempt failed, as the proxy decides what to do next. */
+/**
+ * Why an attempt failed, as the proxy decides what to do next: `unreachable` (never sent), `reset` (the connection
+ * broke before an answer), `timeout` (the per-try timeout passed with no answer), `final` (nothing to retry).
+ */
 export type AttemptFailure =
   | { readonly kind: 'unreachable' | 'reset', readonly cause: unknown, readonly error: FlotillaError }
-  | { readonly kind: 'final', readonly error: FlotillaError }
+  | { readonly kind: 'timeout' | 'final', readonly error: FlotillaError }
 
 export type AttemptResult = { readonly ok: true, readonly response: UpstreamResponse } | ({ readonly ok: false } & AttemptFailure)
 

@@ -83,7 +83,7 @@ export class GatewayMetrics {
     })
     this.#retries = new Counter({
       name: 'flotilla_retries_total',
-      help: 'Requests tried again on another endpoint, by model and cause (connect_failure, reset, unavailable: a 503)',
+      help: 'Requests tried again on another endpoint, by model and cause (connect_failure, reset, timeout: past the per-try timeout, unavailable: a 503)',
       labelNames: ['model', 'cause'],
       registers
     })

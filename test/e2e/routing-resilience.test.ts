@@ -1,9 +1,11 @@
 /**
- * How the gateway routes around broken workers, with real processes and servers on port 0: a worker killed under
- * load, a worker that accepts connections and never answers, and a worker whose queue is full (503).
+ * How the gateway routes around broken workers, with real processes and servers on port 0: a worker stopped
+ * (SIGSTOP) and one killed (SIGKILL) under load, a worker that accepts connections and never answers, and a worker
+ * whose queue is full (503).
  *
  * Three workers are started once for the whole file (process start-up is most of an e2e test's time): the first
- * test kills worker-b, the others use only worker-a and worker-c. Each test starts its own gateway.
+ * test stops worker-b and lets it go on, the second kills it, the others use only worker-a and worker-c. Each test
+ * starts its own gateway.
  */
 import { writeFileSync } from 'node:fs'
 import { createServer as createHttpServer } from 'node:http'
@@ -12,7 +14,7 @@ import { join } from 'node:path'
 import { performance } from 'node:perf_hooks'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
-import { ClosedLoop, countBy, exchange, show, showSome, waitFor, type Exchange, type RequestSpec } from '../helpers/load.ts'
+import { ClosedLoop, countBy, exchange, OpenLoop, show, showSome, waitFor, type Exchange, type RequestSpec } from '../helpers/load.ts'
 import { linesOf, scrape, sumOf } from '../helpers/scrape.ts'
 import { spawnFlotilla, spawnWorker, stop, type FlotillaProcess } from '../helpers/processes.ts'
 
@@ -63,7 +65,46 @@ function inferSpec (gw: FlotillaProcess): RequestSpec {
   return { url: `${gw.url}/v2/models/simulated/infer`, body: BODY, timeoutMs: CLIENT_TIMEOUT_MS }
 }
 
-t.test('a worker killed with SIGKILL under steady load costs no client request', async (t) => {
+t.test('a worker stopped with SIGSTOP under an open-loop load costs no request, and no request waits past its per-try timeout', async (t) => {
+  // Every default: round robin keeps sending the stopped worker its share until outlier detection ejects it, so
+  // the per-try timeout (for this 20 ms model the 1 s floor) is what saves those requests.
+  const gw = await startGateway(t, [
+    'inference_servers:',
+    server('worker-a', workerA.httpPort),
+    server('worker-b', workerB.httpPort),
+    server('worker-c', workerC.httpPort),
+    'load_balancer: { type: round_robin }'
+  ])
+  const load = new OpenLoop(inferSpec(gw), 40)
+  t.teardown(() => load.stop())
+  // Warm-up: the gateway learns the model's latency (the per-try timeout is the 30 s ceiling until it has).
+  await waitFor(() => load.exchanges.length >= 60, 15_000)
+  const stoppedAt = performance.now()
+  workerB.child.kill('SIGSTOP')
+  t.teardown(() => { workerB.child.kill('SIGCONT') })
+  await waitFor(() => performance.now() - stoppedAt >= 4000, 10_000)
+  const all = await load.stop()
+  workerB.child.kill('SIGCONT')
+
+  const across = all.filter((x) => x.doneAt > stoppedAt)
+  const slowest = across.reduce((ms, x) => Math.max(ms, x.doneAt - x.sentAt), 0)
+  const failed = all.filter((x) => !echoed(x))
+  const summary = `${all.length} requests at 40/s, ${across.length} answered after the stop, by endpoint ${JSON.stringify(countBy(across))}; ` +
+    `slowest ${slowest.toFixed(0)} ms`
+  t.comment(summary)
+  t.equal(failed.length, 0, `no request failed (${summary})`, { failures: showSome(failed) })
+  // The per-try timeout (1 s) plus the normal service time, with room for a busy test machine.
+  t.ok(slowest < 2500, `no request waited much past the 1 s per-try timeout (${summary})`)
+  const { text, samples } = await scrape(gw)
+  const timeouts = sumOf(samples, 'flotilla_retries_total', { cause: 'timeout' })
+  t.ok(timeouts >= 1, `requests held by the stopped worker were retried elsewhere (${timeouts})`, { metrics: linesOf(text, 'flotilla_retries_total') })
+  t.ok(sumOf(samples, 'flotilla_ejections_total', { endpoint: 'worker-b' }) >= 1, 'the stopped worker was ejected',
+    { metrics: linesOf(text, 'flotilla_ejections_total') })
+  const late = all.filter((x) => x.sentAt > stoppedAt + 2500 && x.endpoint === 'worker-b')
+  t.equal(late.length, 0, 'once ejected, it was sent nothing more', { late: showSome(late) })
+})
+
+t.test('a worker killed with SIGKILL under 32 connections costs no client request', async (t) => {
   const names = ['worker-a', 'worker-b', 'worker-c']
   const gw = await startGateway(t, [
     'inference_servers:',
@@ -74,10 +115,9 @@ t.test('a worker killed with SIGKILL under steady load costs no client request',
     'health_check: { interval_ms: 200, timeout_ms: 500 }'
   ])
 
-  // Six clients over three workers by least connections: at most two requests are on the victim when it dies
-  // (a third would need all three at two already), within the retry budget's floor of three concurrent retries.
-  // Round robin gives no such bound: a worker slowed by a busy machine collects more of the six.
-  const load = new ClosedLoop(inferSpec(gw), 6)
+  // 32 clients over three workers: about ten requests are on the victim when it dies, each reset; their one retry
+  // needs no retry budget (a dead host is not a failing fleet), so none of them fails.
+  const load = new ClosedLoop(inferSpec(gw), 32)
   t.teardown(() => load.stop())
   const started = performance.now()
   const served = (name: string): number => load.exchanges.filter((x) => x.endpoint === name).length

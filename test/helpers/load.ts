@@ -149,3 +149,53 @@ export async function waitFor (check: () => boolean, ms: number): Promise<boolea
   }
   return true
 }
+
+/**
+ * An open-loop load: a request every `1000 / rate` ms whatever happens to the ones before (as real clients arrive),
+ * so a server that stops answering shows up as requests that wait, not as a load that slows down with it.
+ */
+export class OpenLoop {
+  readonly #spec: RequestSpec
+  readonly #agent: Agent
+  readonly #pending = new Set<Promise<void>>()
+  readonly #exchanges: Exchange[] = []
+  readonly #timer: NodeJS.Timeout
+  #nextId = 0
+  #stopped: Promise<Exchange[]> | undefined
+
+  /** @param rate requests per second */
+  constructor (spec: RequestSpec, rate: number) {
+    this.#spec = spec
+    // Connections enough that the load never queues in the client: a request waits only for the gateway.
+    this.#agent = new Agent({ connections: 256 })
+    const started = performance.now()
+    // Sends what is due on each tick, so a late timer does not lower the rate.
+    this.#timer = setInterval(() => {
+      const due = Math.floor((performance.now() - started) * rate / 1000)
+      while (this.#nextId < due) this.#send()
+    }, 5)
+  }
+
+  get exchanges (): readonly Exchange[] {
+    return this.#exchanges
+  }
+
+  /** Sends no more, waits for those in flight, closes the connections; every exchange in the order sent. */
+  stop (): Promise<Exchange[]> {
+    this.#stopped ??= (async () => {
+      clearInterval(this.#timer)
+      await Promise.all(this.#pending)
+      await this.#agent.close()
+      return [...this.#exchanges].sort((a, b) => a.id - b.id)
+    })()
+    return this.#stopped
+  }
+
+  #send (): void {
+    const sent = exchange(this.#spec, this.#nextId++, this.#agent).then((x) => {
+      this.#exchanges.push(x)
+      this.#pending.delete(sent)
+    })
+    this.#pending.add(sent)
+  }
+}

@@ -3,6 +3,7 @@ import { type Dispatcher } from 'undici'
 import { createRoundRobin } from '../../../gateway/balancer/round-robin.ts'
 import { Fleet } from '../../../gateway/fleet/fleet.ts'
 import { type Endpoint } from '../../../gateway/fleet/types.ts'
+import { AttemptTimeouts, DEFAULT_ATTEMPT_TIMEOUT_SETTINGS } from '../../../gateway/proxy/attempt-timeout.ts'
 import { Forwarder, type ForwarderOptions } from '../../../gateway/proxy/forward.ts'
 import { type ForwardObserver, type ForwardRequest, type ForwardTarget, type RoutePolicy } from '../../../gateway/proxy/types.ts'
 import { UpstreamPool } from '../../../gateway/proxy/upstream-pool.ts'
@@ -577,4 +578,84 @@ t.test(`an answer carrying ${WORKER_DRAINING_HEADER} tells the observer the serv
   t.equal(plain.ok && plain.response.statusCode, 200)
   t.strictSame(draining, ['a', 'b'], 'no header, no call')
   t.equal(calls.length, 3)
+})
+
+t.test('per-try timeout: a hung server is abandoned and the request moves on, once, with no retry budget', async (t) => {
+  const [a, b, c] = endpoints('a', 'b', 'c')
+  const calls: string[] = []
+  const hung = (): Promise<Step> => new Promise<Step>(() => {})
+  const pool = fakePool({ [a!.origin]: hung, [b!.origin]: () => ({ status: 200, body: 'from b' }), [c!.origin]: hung }, calls)
+  const clock = new FakeClock()
+  const events: string[] = []
+  const forwarder = forwarderWith(pool, {
+    timers: clock,
+    retries: { maxRetries: 2, budgetPercent: 0, minConcurrent: 0, backoffBaseMs: 25, backoffMaxMs: 250 },
+    observer: { attempt: (e, status) => { events.push(`${e.name} ${String(status)}`) }, retry: (_m, cause) => { events.push(`retry ${cause}`) } }
+  })
+  const pending = forwarder.forward(endpoints('a', 'b', 'c'), target({ timeoutMs: 60_000, perTryTimeoutMs: 1000 }), REQUEST)
+  await clock.advance(999)
+  t.same(calls.length, 1, 'still waiting on the first server')
+  await clock.advance(1)
+  const result = await pending
+  t.equal(result.ok && result.endpoint.name, 'b', 'the request moved on to the next server at the per-try timeout')
+  t.same(events, ['a 504', 'retry timeout', 'b 200'], 'the timed-out attempt counts against its server (504) and is retried at once')
+
+  // Two hung servers in a row: the second timeout ends the request instead of walking the whole fleet.
+  const pool2 = fakePool({ [a!.origin]: hung, [b!.origin]: hung, [c!.origin]: () => ({ status: 200, body: 'from c' }) }, [])
+  const forwarder2 = forwarderWith(pool2, { timers: clock })
+  const pending2 = forwarder2.forward(endpoints('a', 'b', 'c'), target({ timeoutMs: 60_000, perTryTimeoutMs: 500 }), REQUEST)
+  await clock.advance(500)
+  await clock.advance(500)
+  const second = await pending2
+  t.equal(!second.ok && second.error.code, 'GW_ERR_ATTEMPT_TIMEOUT')
+  t.equal(!second.ok && second.error.statusCode, 504)
+  t.match(!second.ok && second.error.message, /server 'b' did not answer within the per-try timeout of 500 ms for model 'm' \(set retries.per_try_timeout_ms/)
+})
+
+t.test('per-try timeout: the request deadline still wins when it comes first; 0 turns the per-try limit off', async (t) => {
+  const [a] = endpoints('a')
+  const pool = fakePool({ [a!.origin]: () => new Promise<Step>(() => {}) }, [])
+  const clock = new FakeClock()
+  const forwarder = forwarderWith(pool, { timers: clock })
+  const pending = forwarder.forward(endpoints('a'), target({ timeoutMs: 300, perTryTimeoutMs: 1000 }), REQUEST)
+  await clock.advance(300)
+  const result = await pending
+  t.equal(!result.ok && result.error.code, 'GW_ERR_UPSTREAM_TIMEOUT', 'a deadline shorter than the per-try timeout is the request deadline')
+
+  const off = forwarder.forward(endpoints('a'), target({ timeoutMs: 5000, perTryTimeoutMs: 0 }), REQUEST)
+  await clock.advance(4999)
+  let settled = false
+  void off.then(() => { settled = true })
+  await clock.advance(0)
+  t.equal(settled, false, 'no per-try limit: the attempt runs to the deadline')
+  await clock.advance(1)
+  t.equal(!(await off).ok && (await off as { error: { code: string } }).error.code, 'GW_ERR_UPSTREAM_TIMEOUT')
+})
+
+t.test("per-try timeout follows the model's recent p99 when nothing fixes it", async (t) => {
+  const [a, b] = endpoints('a', 'b')
+  const clock = new FakeClock()
+  let hang = false
+  const pool = fakePool({
+    [a!.origin]: () => hang ? new Promise<Step>(() => {}) : new Promise<Step>((resolve) => { clock.setTimeout(() => { resolve({ status: 200, body: 'a' }) }, 40) }),
+    [b!.origin]: () => new Promise<Step>((resolve) => { clock.setTimeout(() => { resolve({ status: 200, body: 'b' }) }, 40) })
+  }, [])
+  const timeouts = new AttemptTimeouts({ ...DEFAULT_ATTEMPT_TIMEOUT_SETTINGS, minMs: 100, p99Multiple: 5 }, clock)
+  const forwarder = forwarderWith(pool, { timers: clock, attemptTimeouts: timeouts })
+  t.equal(timeouts.timeoutMs('m', undefined), 30_000, 'a model with no history gets the ceiling')
+  for (let i = 0; i < 30; i++) {
+    const pending = forwarder.forward(endpoints('a', 'b'), target({ timeoutMs: 60_000 }), REQUEST)
+    await clock.advance(40)
+    t.ok((await pending).ok)
+  }
+  await clock.advance(100)
+  const perTry = timeouts.timeoutMs('m', undefined)
+  t.ok(perTry >= 200 && perTry <= 220, `5 x a 40 ms p99 (within a bucket), got ${perTry}`)
+  hang = true
+  const started = clock.now()
+  const pending = forwarder.forward(endpoints('a', 'b'), target({ timeoutMs: 60_000 }), REQUEST)
+  for (let waited = 0; waited < 400; waited += 10) await clock.advance(10)
+  const result = await pending
+  t.equal(result.ok && result.endpoint.name, 'b')
+  t.ok(clock.now() - started <= 400, 'the hung server cost about its per-try timeout, not the request deadline')
 })
