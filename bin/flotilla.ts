@@ -28,7 +28,8 @@ Usage:
                    [--worker-ports N,N|0]
   flotilla gateway --config FILE [--host H] [--http-port N] [--grpc-port N] [--metrics-port N] [--admin-port N]
   flotilla worker  --model-repository DIR [--host H] [--http-port N] [--grpc-port N] [--metrics-port N]
-                   [--max-body-bytes N] [--grpc-max-message-bytes N]
+                   [--max-body-bytes N] [--grpc-max-message-bytes N] [--max-header-bytes N] [--max-header-count N]
+                   [--header-timeout-ms N] [--body-timeout-ms N] [--idle-timeout-ms N]
   flotilla fleet   list|add|drain|undrain|remove|weight|canary ... [--admin URL] [--token-file F]
   flotilla bench   -m MODEL [-u URL] [-i http|grpc] [--concurrency-range A:B[:S|:xF] | --request-rate-range A:B[:S]]
                    [-f CSV] [--plot SVG] [--json]
@@ -66,6 +67,11 @@ const options = {
   'worker-ports': { type: 'string' },
   'max-body-bytes': { type: 'string' },
   'grpc-max-message-bytes': { type: 'string' },
+  'max-header-bytes': { type: 'string' },
+  'max-header-count': { type: 'string' },
+  'header-timeout-ms': { type: 'string' },
+  'body-timeout-ms': { type: 'string' },
+  'idle-timeout-ms': { type: 'string' },
   'log-level': { type: 'string' }
 } as const
 
@@ -74,7 +80,10 @@ type Flags = ReturnType<typeof parseArgs<{ options: typeof options, allowPositio
 const ALLOWED: Record<string, ReadonlyArray<keyof Flags>> = {
   start: ['config', 'host', 'http-port', 'grpc-port', 'metrics-port', 'admin-port', 'worker-ports', 'log-level'],
   gateway: ['config', 'host', 'http-port', 'grpc-port', 'metrics-port', 'admin-port', 'log-level'],
-  worker: ['model-repository', 'host', 'http-port', 'grpc-port', 'metrics-port', 'max-body-bytes', 'grpc-max-message-bytes', 'log-level']
+  worker: [
+    'model-repository', 'host', 'http-port', 'grpc-port', 'metrics-port', 'max-body-bytes', 'grpc-max-message-bytes',
+    'max-header-bytes', 'max-header-count', 'header-timeout-ms', 'body-timeout-ms', 'idle-timeout-ms', 'log-level'
+  ]
 }
 
 const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']
@@ -132,6 +141,17 @@ function byteCount (flags: Flags, name: 'max-body-bytes' | 'grpc-max-message-byt
   return Number(raw)
 }
 
+/** An integer flag within [min, max]; undefined when the flag is absent. */
+function boundedInteger (flags: Flags, name: 'max-header-bytes' | 'max-header-count' | 'header-timeout-ms' | 'body-timeout-ms' | 'idle-timeout-ms', min: number, max: number): number | undefined {
+  const raw = flags[name]
+  if (raw === undefined) return undefined
+  if (!/^[0-9]+$/.test(raw) || Number(raw) < min || Number(raw) > max) usage(`--${name} must be an integer from ${min} to ${max}, got '${raw}'`)
+  return Number(raw)
+}
+
+/** setTimeout's largest delay: a longer timeout would fire at once. */
+const MAX_TIMEOUT_MS = 2 ** 31 - 1
+
 async function runWorker (flags: Flags, logger: Logger): Promise<void> {
   const repo = flags['model-repository'] ?? usage('flotilla worker needs --model-repository DIR')
   const maxBodyBytes = byteCount(flags, 'max-body-bytes')
@@ -139,6 +159,17 @@ async function runWorker (flags: Flags, logger: Logger): Promise<void> {
   const httpPort = port(flags, 'http-port')
   const grpcPort = port(flags, 'grpc-port', -1)
   const metricsPort = port(flags, 'metrics-port', -1)
+  const limits = {
+    // As the gateway's gateway.max_header_bytes: below 1 KiB ordinary headers fail, above 1 MiB headers are an attack.
+    maxHeaderBytes: boundedInteger(flags, 'max-header-bytes', 1024, 1024 * 1024),
+    maxHeaderCount: boundedInteger(flags, 'max-header-count', 1, 10_000),
+    headerTimeoutMs: boundedInteger(flags, 'header-timeout-ms', 1, MAX_TIMEOUT_MS),
+    bodyTimeoutMs: boundedInteger(flags, 'body-timeout-ms', 1, MAX_TIMEOUT_MS),
+    idleTimeoutMs: boundedInteger(flags, 'idle-timeout-ms', 1, MAX_TIMEOUT_MS)
+  }
+  if (limits.headerTimeoutMs !== undefined && limits.bodyTimeoutMs !== undefined && limits.headerTimeoutMs > limits.bodyTimeoutMs) {
+    usage('--header-timeout-ms must not be longer than --body-timeout-ms (the whole request includes its headers)')
+  }
   const worker = await startWorker({
     modelRepository: repo,
     logger,
@@ -147,7 +178,8 @@ async function runWorker (flags: Flags, logger: Logger): Promise<void> {
     ...(flags.host !== undefined ? { host: flags.host } : {}),
     ...(httpPort !== undefined ? { httpPort } : {}),
     ...(grpcPort !== undefined ? { grpcPort } : {}),
-    ...(metricsPort !== undefined ? { metricsPort } : {})
+    ...(metricsPort !== undefined ? { metricsPort } : {}),
+    ...Object.fromEntries(Object.entries(limits).filter(([, v]) => v !== undefined))
   })
   shutdown = () => worker.close()
   announce({ role: 'worker', httpPort: worker.httpPort, grpcPort: worker.grpcPort, metricsPort: worker.metricsPort, url: worker.url })

@@ -26,11 +26,19 @@ export const errorCodes = {
   FLT_ERR_METHOD_NOT_ALLOWED: { http: 405, grpc: 'UNIMPLEMENTED', message: 'Method Not Allowed' },
   FLT_ERR_BODY_TOO_LARGE: {
     http: 413, grpc: 'RESOURCE_EXHAUSTED',
-    message: 'request body of %s bytes exceeds the limit of %s bytes; send a smaller request or raise %s'
+    message: 'request body %s exceeds the limit of %s bytes; send a smaller request or raise %s'
   },
   FLT_ERR_HEADERS_TOO_LARGE: {
     http: 431, grpc: 'RESOURCE_EXHAUSTED',
     message: 'request headers exceed the limit of %s bytes; send fewer or smaller headers, or raise %s'
+  },
+  FLT_ERR_TOO_MANY_HEADERS: {
+    http: 431, grpc: 'RESOURCE_EXHAUSTED',
+    message: 'request has %s header fields, more than the limit of %s; send fewer headers, or raise %s'
+  },
+  FLT_ERR_REQUEST_TOO_SLOW: {
+    http: 408, grpc: 'DEADLINE_EXCEEDED',
+    message: 'the request did not arrive in time (headers within %s ms, the whole request within %s ms); send it faster, or raise %s'
   },
   FLT_ERR_MALFORMED_HTTP: { http: 400, grpc: 'INVALID_ARGUMENT', message: 'malformed HTTP request (%s): %s' },
   // Triton answers 501 for an unknown Content-Encoding; RFC 9110 §15.5.16 says 415 (with Accept-Encoding), so we do.
@@ -139,6 +147,12 @@ export const errorCodes = {
     http: 502, grpc: 'UNAVAILABLE', message: 'no server serving the model could be reached for its statistics (tried: %s)%s'
   },
   GW_ERR_UPSTREAM_TIMEOUT: { http: 504, grpc: 'DEADLINE_EXCEEDED', message: "server '%s' did not answer within %s ms" },
+  // An attempt abandoned at its per-try timeout, when no other server could take the request after it.
+  GW_ERR_ATTEMPT_TIMEOUT: {
+    http: 504,
+    grpc: 'DEADLINE_EXCEEDED',
+    message: "server '%s' did not answer within the per-try timeout of %s ms for model '%s' (set retries.per_try_timeout_ms, or models.<name>.per_try_timeout_ms, to change it)"
+  },
   GW_ERR_REQUEST_TIMEOUT: {
     http: 504, grpc: 'DEADLINE_EXCEEDED', message: "request for model '%s' was not answered within %s ms (%s)"
   },
@@ -178,6 +192,24 @@ export const errorCodes = {
     message: 'the admin listener on %s is not loopback-only, so it needs a token: set gateway.admin_token_file or FLOTILLA_ADMIN_TOKEN, or bind it to 127.0.0.1'
   },
   GW_ERR_ADMIN_TOKEN_FILE: { http: 500, grpc: 'FAILED_PRECONDITION', message: "cannot read the admin token file '%s': %s" },
+  // Refused before the token and the route: a call made by a web page (CSRF), or one that reached the admin listener
+  // under a name a web page controls (DNS rebinding). See gateway/admin/admin-guard.ts.
+  GW_ERR_ADMIN_CROSS_SITE: {
+    http: 403, grpc: 'PERMISSION_DENIED',
+    message: "the admin API does not answer web pages: this call carries %s, which browsers send and 'flotilla fleet' " +
+      'and curl do not; make admin calls from the command line, not from a browser'
+  },
+  GW_ERR_ADMIN_HOST: {
+    http: 403, grpc: 'PERMISSION_DENIED',
+    message: 'the admin API does not answer to %s, only to IP addresses, localhost%s (a web page that points its own ' +
+      'name at this machine, DNS rebinding, sends a foreign Host); call it by address, or list the name in ' +
+      'gateway.admin_allowed_hosts'
+  },
+  GW_ERR_ADMIN_CONTENT_TYPE: {
+    http: 415, grpc: 'INVALID_ARGUMENT',
+    message: "%s %s needs the header Content-Type: application/json, got %s; send it on every POST, PUT and DELETE, " +
+      "even one without a body (curl: -H 'content-type: application/json')"
+  },
 
   // command line
   CLI_ERR_USAGE: { http: 400, grpc: 'INVALID_ARGUMENT', message: '%s' }

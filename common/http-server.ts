@@ -2,6 +2,20 @@
  * Fastify plumbing both tiers share, so the gateway and a worker answer malformed traffic the same way, the way
  * Triton does: `{"error":"..."}` bodies, 404 `Not Found` for unknown paths, 405 `Method Not Allowed` for a known
  * path with the wrong method, and the request body kept as raw bytes whatever its Content-Type (Triton ignores it).
+ *
+ * Every error either tier answers has that one shape, fastify's and Node's own included (an oversized head or
+ * path segment, too many headers, bytes that are not HTTP, a request that arrives too slowly), and says which of our
+ * settings changes the limit that was hit.
+ *
+ * Slow clients are cut off as HAProxy and Node cut them (fastify turns Node's request timeout off by default):
+ * - the request head must arrive within `headerTimeoutMs` (HAProxy's customary `timeout http-request 10s`; a
+ *   slowloris sending a header byte at a time holds a connection for no longer);
+ * - the whole request, head and body, within `bodyTimeoutMs` (Node's own `requestTimeout` default, 300 s: room for
+ *   a 64 MiB body over a slow link, while a body that stops halfway is not held forever);
+ * - an idle keep-alive connection is closed after `idleTimeoutMs` (fastify's 72 s, longer than the 60 s idle
+ *   timeout of common cloud load balancers, so the balancer in front closes first and never reuses a closed one).
+ * All three answer 408 with the JSON body when a response can still be written. Node checks the first two every
+ * `connectionsCheckingInterval`, set here to a quarter of the shorter one (at most 1 s) instead of Node's 30 s.
  */
 import { randomUUID } from 'node:crypto'
 import { STATUS_CODES, type Server } from 'node:http'
@@ -20,10 +34,36 @@ export interface KServeServerOptions {
   headerLimit?: number
   /** Named in the 431 message. */
   headerLimitSetting?: string
+  /** Most header fields in a request; more get a 431. Default {@link DEFAULT_HEADER_COUNT_LIMIT}. */
+  headerCountLimit?: number
+  /** Named in the 431 message for too many headers. */
+  headerCountSetting?: string
+  /** Time for the request head to arrive, in ms. Default {@link DEFAULT_HEADER_TIMEOUT_MS}. */
+  headerTimeoutMs?: number
+  /** Time for the whole request to arrive, in ms. Default {@link DEFAULT_BODY_TIMEOUT_MS}. */
+  bodyTimeoutMs?: number
+  /** How long an idle keep-alive connection stays open, in ms. Default {@link DEFAULT_IDLE_TIMEOUT_MS}. */
+  idleTimeoutMs?: number
+  /** Named in the 408 message: the settings that give a slow client more time. */
+  timeoutSettings?: string
 }
 
 /** Node's own default for `maxHeaderSize`. */
 export const DEFAULT_HEADER_LIMIT = 16 * 1024
+/**
+ * HAProxy's `tune.http.maxhdr` (101) and Apache's `LimitRequestFields` (100), rounded: far above what a client
+ * sends (a browser sends about 15), while Node's own limit (2000) drops the fields past it without a word, which
+ * turned a request with 1,000 headers into one without its Content-Length.
+ */
+export const DEFAULT_HEADER_COUNT_LIMIT = 100
+/** HAProxy's customary `timeout http-request`. */
+export const DEFAULT_HEADER_TIMEOUT_MS = 10_000
+/** Node's default `requestTimeout`. */
+export const DEFAULT_BODY_TIMEOUT_MS = 300_000
+/** fastify's default `keepAliveTimeout`. */
+export const DEFAULT_IDLE_TIMEOUT_MS = 72_000
+/** The longest path segment (model name, version) a route takes; fastify's default of 100 is short for model names. */
+export const MAX_PATH_SEGMENT_LENGTH = 256
 
 const ALL_METHODS: HTTPMethods[] = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS']
 
@@ -85,8 +125,29 @@ export function requestIdGenerator (random: () => string = randomUUID): () => st
 /** A fastify instance with the shared parser, error and not-found handling. */
 export function createKServeServer (options: KServeServerOptions): FastifyInstance {
   const headerLimit = options.headerLimit ?? DEFAULT_HEADER_LIMIT
+  const headerCountLimit = options.headerCountLimit ?? DEFAULT_HEADER_COUNT_LIMIT
+  const headerTimeoutMs = options.headerTimeoutMs ?? DEFAULT_HEADER_TIMEOUT_MS
+  // Node refuses a head timeout longer than the whole request's.
+  const bodyTimeoutMs = Math.max(options.bodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS, headerTimeoutMs)
+  const timeoutSettings = options.timeoutSettings ?? 'the server\'s timeouts'
   const app = fastify({
-    http: { maxHeaderSize: headerLimit },
+    http: {
+      maxHeaderSize: headerLimit,
+      headersTimeout: headerTimeoutMs,
+      connectionsCheckingInterval: Math.max(10, Math.min(1000, Math.floor(Math.min(headerTimeoutMs, bodyTimeoutMs) / 4)))
+    },
+    requestTimeout: bodyTimeoutMs,
+    keepAliveTimeout: options.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS,
+    routerOptions: { maxParamLength: MAX_PATH_SEGMENT_LENGTH },
+    // fastify's own answers for a URL it cannot route (its JSON shape, echoing the whole path) in ours.
+    frameworkErrors (error, _request, reply: FastifyReply) {
+      const code = (error as { code?: string }).code
+      const status = code === 'FST_ERR_MAX_PARAM_LENGTH' ? 414 : 400
+      const message = code === 'FST_ERR_MAX_PARAM_LENGTH'
+        ? `a path segment (a model name or version) is longer than ${MAX_PATH_SEGMENT_LENGTH} characters`
+        : createError('FLT_ERR_MALFORMED_HTTP', code ?? 'bad URL', 'the URL is not valid percent-encoding').message
+      void reply.code(status).type('application/json').send(errorBody(message))
+    },
     // Errors below HTTP (an oversized head, bytes that are not HTTP) get the same JSON body as every other error,
     // with a message that says what to change, instead of fastify's own shape.
     clientErrorHandler (err: Error & { code?: string }, socket: Socket) {
@@ -98,7 +159,7 @@ export function createKServeServer (options: KServeServerOptions): FastifyInstan
         message = createError('FLT_ERR_HEADERS_TOO_LARGE', headerLimit, options.headerLimitSetting ?? 'the server\'s header limit').message
       } else if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
         status = 408
-        message = 'the request was not received in time'
+        message = createError('FLT_ERR_REQUEST_TOO_SLOW', headerTimeoutMs, bodyTimeoutMs, timeoutSettings).message
       } else {
         message = createError('FLT_ERR_MALFORMED_HTTP', err.code ?? 'unknown', err.message).message
       }
@@ -127,6 +188,16 @@ export function createKServeServer (options: KServeServerOptions): FastifyInstan
   // microtask per request.
   let closing = false
   app.addHook('preClose', async () => { closing = true })
+  // Node's own count limit truncates silently; ours refuses. The head is already bounded by its size.
+  app.server.maxHeadersCount = 0
+  app.addHook('onRequest', (request, _reply, done) => {
+    const fields = request.raw.rawHeaders.length >> 1
+    if (fields <= headerCountLimit) {
+      done()
+      return
+    }
+    done(createError('FLT_ERR_TOO_MANY_HEADERS', fields, headerCountLimit, options.headerCountSetting ?? 'the server\'s header count limit'))
+  })
   app.addHook('onSend', (_request, reply, payload, done) => {
     if (closing) reply.header('connection', 'close')
     done(null, payload)
@@ -151,8 +222,12 @@ export function createKServeServer (options: KServeServerOptions): FastifyInstan
       const e = error as { code?: string, statusCode?: number, message?: string }
       if (e.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
         status = 413
-        message = createError('FLT_ERR_BODY_TOO_LARGE', request.headers['content-length'] ?? 'more than the limit',
+        const declared = request.headers['content-length']
+        message = createError('FLT_ERR_BODY_TOO_LARGE', declared === undefined ? '(sent chunked)' : `of ${declared} bytes`,
           options.bodyLimit, options.bodyLimitSetting).message
+      } else if (e.code === 'FST_ERR_CTP_INVALID_CONTENT_LENGTH') {
+        status = 400
+        message = createError('FLT_ERR_MALFORMED_HTTP', 'Content-Length', 'the body is not as long as its Content-Length says').message
       } else if (typeof e.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) {
         status = e.statusCode
         message = e.message ?? 'Bad Request'

@@ -17,6 +17,7 @@ import { Fleet } from './fleet/fleet.ts'
 import { FleetHealth } from './health/fleet-health.ts'
 import { createHttpProbe } from './health/http-probe.ts'
 import { type Timers } from './health/types.ts'
+import { AttemptTimeouts, attemptTimeoutSettingsOf } from './proxy/attempt-timeout.ts'
 import { Forwarder, REAL_TIMERS } from './proxy/forward.ts'
 import { ModelPolicies } from './proxy/model-policy.ts'
 import { ModelPipeline } from './proxy/pipeline.ts'
@@ -28,6 +29,7 @@ import { FleetController } from './fleet/fleet-controller.ts'
 import { FleetWatcher } from './fleet/fleet-watcher.ts'
 import { buildGatewayGrpc } from './server/grpc.ts'
 import { buildGatewayHttp } from './server/http.ts'
+import { readinessOf, type Readiness } from './server/readiness.ts'
 import { GatewayMetrics } from './server/metrics.ts'
 
 /** Options for {@link startGateway}; everything but `config` is optional. */
@@ -182,6 +184,7 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
   const forwarder = new Forwarder({
     pool,
     retries: retrySettingsOf(config.retries),
+    attemptTimeouts: new AttemptTimeouts(attemptTimeoutSettingsOf(config.retries), { ...REAL_TIMERS, now: deps.now }),
     admission: { maxQueued: settings.max_queued_requests, queueTimeoutMs: settings.queue_timeout_ms },
     // Request deadlines must not be unref'd, unlike health timers: they end requests a listener is serving.
     timers: { ...REAL_TIMERS, now: deps.now },
@@ -195,6 +198,7 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
     }
   })
   const pipeline = new ModelPipeline({ fleet, forwarder, policies, canaries, metrics, now: deps.now })
+  const readiness = (): Readiness => readinessOf(fleet, settings.ready_when)
   const app = buildGatewayHttp({
     fleet,
     pipeline,
@@ -204,19 +208,26 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
     logger,
     bodyLimit: settings.max_body_bytes,
     headerLimit: settings.max_header_bytes,
+    limits: {
+      headerCountLimit: settings.max_header_count,
+      headerTimeoutMs: settings.header_timeout_ms,
+      bodyTimeoutMs: settings.body_timeout_ms,
+      idleTimeoutMs: settings.idle_timeout_ms
+    },
     fanOutTimeoutMs: settings.request_timeout_ms,
-    now: deps.now
+    now: deps.now,
+    readiness
   })
 
   const wantedGrpcPort = options.grpcPort ?? settings.grpc_port
   const grpcServer = wantedGrpcPort >= 0
     ? buildGatewayGrpc({
-      fleet,
       pipeline,
       forwarder,
       logger,
       maxMessageBytes: settings.max_body_bytes,
-      fanOutTimeoutMs: settings.request_timeout_ms
+      fanOutTimeoutMs: settings.request_timeout_ms,
+      readiness
     })
     : undefined
 
@@ -227,6 +238,8 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
     health: (endpoint) => fleetHealth.view(endpoint),
     logger,
     token,
+    host: adminHost,
+    ...(settings.admin_allowed_hosts !== undefined ? { allowedHosts: settings.admin_allowed_hosts } : {}),
     config: () => effectiveConfig(current, fleet, canaries),
     now: deps.now
   })

@@ -24,6 +24,11 @@ export const DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 export const DEFAULT_SHUTDOWN_QUIET_MS = 300
 export const DEFAULT_DRAIN_TIMEOUT_MS = 30_000
 /**
+ * A little above the gateway's default (100): a gateway passes a client's headers on and adds its own, so a request
+ * the gateway accepts is never refused by the worker behind it.
+ */
+export const DEFAULT_WORKER_HEADER_COUNT = 128
+/**
  * After the drain, gRPC calls still open get this long to end before they are cancelled: by then none is working
  * on a request (the drain counts those), so what is left is streams a client keeps open with nothing in them.
  */
@@ -39,6 +44,16 @@ export interface WorkerOptions {
   /** 0 binds an ephemeral port; -1 disables the metrics listener. */
   metricsPort?: number
   maxBodyBytes?: number
+  /** Time for a request's head to arrive, in ms (default 10 s; see `common/http-server.ts`). */
+  headerTimeoutMs?: number
+  /** Time for a whole request to arrive, in ms (default 300 s). */
+  bodyTimeoutMs?: number
+  /** How long an idle keep-alive connection stays open, in ms (default 72 s). */
+  idleTimeoutMs?: number
+  /** Largest request head in bytes (default 16 KiB, Node's). */
+  maxHeaderBytes?: number
+  /** Most header fields in a request (default {@link DEFAULT_WORKER_HEADER_COUNT}). */
+  maxHeaderCount?: number
   /** Largest gRPC request message, in bytes (default 64 MiB). */
   grpcMaxMessageBytes?: number
   /**
@@ -100,7 +115,20 @@ export async function startWorker (options: WorkerOptions): Promise<RunningWorke
 
   const drain = new DrainTracker()
   const service = new InferenceService({ repository, statistics, draining: () => drain.draining })
-  const app = buildWorkerHttp({ service, repository, logger, bodyLimit: maxBodyBytes, drain })
+  const app = buildWorkerHttp({
+    service,
+    repository,
+    logger,
+    bodyLimit: maxBodyBytes,
+    drain,
+    limits: {
+      headerCountLimit: options.maxHeaderCount ?? DEFAULT_WORKER_HEADER_COUNT,
+      ...(options.maxHeaderBytes !== undefined ? { headerLimit: options.maxHeaderBytes } : {}),
+      ...(options.headerTimeoutMs !== undefined ? { headerTimeoutMs: options.headerTimeoutMs } : {}),
+      ...(options.bodyTimeoutMs !== undefined ? { bodyTimeoutMs: options.bodyTimeoutMs } : {}),
+      ...(options.idleTimeoutMs !== undefined ? { idleTimeoutMs: options.idleTimeoutMs } : {})
+    }
+  })
   const wantedGrpcPort = options.grpcPort ?? DEFAULT_WORKER_GRPC_PORT
   const grpcServer = wantedGrpcPort >= 0
     ? buildWorkerGrpc({ service, logger, drain, maxMessageBytes: options.grpcMaxMessageBytes ?? DEFAULT_GRPC_MAX_MESSAGE_BYTES })

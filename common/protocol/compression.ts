@@ -76,7 +76,7 @@ function inflateBody (input: Buffer, coding: ContentCoding, limit: number, limit
   // zlib refuses a maxOutputLength below 1 or above kMaxLength; the check on the result covers the ends.
   const maxOutputLength = Math.max(1, Math.min(limit, kMaxLength))
   const tooLarge = (): FlotillaError => createError(
-    'FLT_ERR_BODY_TOO_LARGE', `${input.length} ${coding}-compressed bytes inflating to more than ${limit}`, limit,
+    'FLT_ERR_BODY_TOO_LARGE', `of ${input.length} ${coding}-compressed bytes inflating to more than ${limit} bytes`, limit,
     limitSetting
   )
   return new Promise((resolve, reject) => {

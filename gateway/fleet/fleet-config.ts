@@ -6,7 +6,7 @@
  *
  * - `inference_servers[]`: `weight`, `protocol`, `labels`, `versions`, `max_in_flight`
  * - `load_balancer`: `panic_threshold_percent`, `options` (strategy tuning), `hash_header` (consistent_hash only)
- * - `models.<name>`: a per-model `load_balancer`, `request_timeout_ms` and `max_retries`
+ * - `models.<name>`: a per-model `load_balancer`, `request_timeout_ms`, `max_retries` and `per_try_timeout_ms`
  * - `retries`, `health_check`, `outlier_detection`, `gateway`: sections with every key defaulted
  *
  * Absent sections and keys are filled in with their defaults, except the few whose absence means something
@@ -21,7 +21,10 @@
 import { readFileSync } from 'node:fs'
 import { isMap, isScalar, isSeq, LineCounter, parseDocument, type Node } from 'yaml'
 import { createError, wrapError } from '../../common/errors.ts'
-import { DEFAULT_ADMIN_HOST, DEFAULT_ADMIN_PORT, DEFAULT_DRAIN_TIMEOUT_MS } from '../admin/api.ts'
+import {
+  DEFAULT_BODY_TIMEOUT_MS, DEFAULT_HEADER_COUNT_LIMIT, DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS
+} from '../../common/http-server.ts'
+import { DEFAULT_ADMIN_HOST, DEFAULT_ADMIN_PORT, DEFAULT_DRAIN_TIMEOUT_MS, SERVER_NAME_RULE } from '../admin/api.ts'
 import { type BalancerOptions } from '../balancer/types.ts'
 import { DEFAULT_AUTO_ROLLBACK } from '../canary/canary.ts'
 import {
@@ -51,6 +54,9 @@ export const DEFAULT_SHUTDOWN_TIMEOUT_MS = 30_000
 export const DEFAULT_SLOW_START_MS = 0
 export const DEFAULT_SERVER_WEIGHT = 1
 export const MAX_SERVER_WEIGHT = 1000
+/** `gateway.ready_when`: what must be servable for `/v2/health/ready` to say 200 (see `server/readiness.ts`). */
+export const READY_WHEN = ['every_model', 'any_model'] as const
+export type ReadyWhen = typeof READY_WHEN[number]
 /** The `gateway` section when the file has none. */
 export const DEFAULT_GATEWAY_SETTINGS = Object.freeze({
   host: DEFAULT_GATEWAY_HOST,
@@ -60,6 +66,11 @@ export const DEFAULT_GATEWAY_SETTINGS = Object.freeze({
   max_body_bytes: DEFAULT_MAX_BODY_BYTES,
   request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
   max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
+  max_header_count: DEFAULT_HEADER_COUNT_LIMIT,
+  header_timeout_ms: DEFAULT_HEADER_TIMEOUT_MS,
+  body_timeout_ms: DEFAULT_BODY_TIMEOUT_MS,
+  idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
+  ready_when: 'every_model' as ReadyWhen,
   max_in_flight_per_server: DEFAULT_MAX_IN_FLIGHT_PER_SERVER,
   max_queued_requests: DEFAULT_MAX_QUEUED_REQUESTS,
   queue_timeout_ms: DEFAULT_QUEUE_TIMEOUT_MS,
@@ -81,7 +92,14 @@ export const DEFAULT_RETRY_SETTINGS = Object.freeze({
   budget_percent: 20,
   min_concurrent: 3,
   backoff_base_ms: 25,
-  backoff_max_ms: 250
+  backoff_max_ms: 250,
+  per_try_timeout: Object.freeze({
+    p99_multiple: 5,
+    min_ms: 1000,
+    max_ms: 30_000,
+    window_ms: 30_000,
+    min_samples: 20
+  })
 })
 /** A canary's `auto_rollback` when it sets none: {@link DEFAULT_AUTO_ROLLBACK} (see `canary/canary.ts`), as YAML spells it. */
 export const DEFAULT_AUTO_ROLLBACK_SETTINGS = Object.freeze({
@@ -157,11 +175,16 @@ function hostCheck (value: string): string | undefined {
   return undefined
 }
 
-// Server names travel in the x-flotilla-endpoint response header and as metric label values, so they are kept to
-// characters that are safe in both without escaping.
-const SERVER_NAME = {
-  regex: /^[\x21-\x7e]+$/,
-  hint: 'use visible ASCII characters without spaces (the name is sent in the x-flotilla-endpoint header)'
+// Server names are admin URL path segments, metric label values, log fields and the x-flotilla-endpoint header; the
+// rule and its reasons are in admin/api.ts, shared with the admin API so both refuse the same names.
+const SERVER_NAME = { regex: SERVER_NAME_RULE.regex, hint: SERVER_NAME_RULE.text }
+
+// A name as a browser sends it in Host: letters, digits, '-', '_' and inner dots, without a port (ports are not
+// compared; see gateway/admin/admin-guard.ts). At most 253 characters, DNS's limit.
+const ALLOWED_HOST = {
+  regex: /^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?$/,
+  hint: 'give a host name as it appears in the admin URL (gateway.internal), without a scheme, port or path; ' +
+    'IP addresses and localhost need no entry'
 }
 
 // A model name is one URL path segment (/v2/models/<name>/...), as in Triton, where it is a directory name.
@@ -329,7 +352,19 @@ function fleetSchema (options: FleetConfigOptions) {
       hash_header: optional(hashHeader)
     }, rules)),
     request_timeout_ms: optional(integer(1, MAX_TIMER_MS)),
-    max_retries: optional(integer(0, MAX_RETRIES))
+    max_retries: optional(integer(0, MAX_RETRIES)),
+    // 0: no per-try limit for this model.
+    per_try_timeout_ms: optional(integer(0, MAX_TIMER_MS))
+  })
+
+  const perTry = DEFAULT_RETRY_SETTINGS.per_try_timeout
+  const perTryTimeout = object({
+    // Below 1x a p99, one request in a hundred would be retried for no fault of the server.
+    p99_multiple: withDefault(number(1, 1000), perTry.p99_multiple),
+    min_ms: withDefault(integer(1, MAX_TIMER_MS), perTry.min_ms),
+    max_ms: withDefault(integer(1, MAX_TIMER_MS), perTry.max_ms),
+    window_ms: withDefault(integer(100, MAX_TIMER_MS), perTry.window_ms),
+    min_samples: withDefault(integer(1, MAX_REQUEST_COUNT), perTry.min_samples)
   })
 
   const retries = object({
@@ -337,7 +372,10 @@ function fleetSchema (options: FleetConfigOptions) {
     budget_percent: withDefault(integer(0, 100), DEFAULT_RETRY_SETTINGS.budget_percent),
     min_concurrent: withDefault(integer(0, 100_000), DEFAULT_RETRY_SETTINGS.min_concurrent),
     backoff_base_ms: withDefault(integer(0, MAX_BACKOFF_MS), DEFAULT_RETRY_SETTINGS.backoff_base_ms),
-    backoff_max_ms: withDefault(integer(0, MAX_BACKOFF_MS), DEFAULT_RETRY_SETTINGS.backoff_max_ms)
+    backoff_max_ms: withDefault(integer(0, MAX_BACKOFF_MS), DEFAULT_RETRY_SETTINGS.backoff_max_ms),
+    // A fixed per-try timeout for every model (0: none); absent: each model's own latency decides.
+    per_try_timeout_ms: optional(integer(0, MAX_TIMER_MS)),
+    per_try_timeout: withDefault(perTryTimeout, DEFAULT_RETRY_SETTINGS.per_try_timeout)
   })
 
   const gateway = object({
@@ -350,6 +388,11 @@ function fleetSchema (options: FleetConfigOptions) {
     request_timeout_ms: withDefault(integer(1, MAX_TIMER_MS), DEFAULT_REQUEST_TIMEOUT_MS),
     // Below 1 KiB a browser's ordinary headers would be refused; above 1 MiB, headers are a memory attack.
     max_header_bytes: withDefault(integer(1024, 1024 * 1024), DEFAULT_MAX_HEADER_BYTES),
+    max_header_count: withDefault(integer(1, 10_000), DEFAULT_HEADER_COUNT_LIMIT),
+    header_timeout_ms: withDefault(integer(1, MAX_TIMER_MS), DEFAULT_HEADER_TIMEOUT_MS),
+    body_timeout_ms: withDefault(integer(1, MAX_TIMER_MS), DEFAULT_BODY_TIMEOUT_MS),
+    idle_timeout_ms: withDefault(integer(1, MAX_TIMER_MS), DEFAULT_IDLE_TIMEOUT_MS),
+    ready_when: withDefault(oneOf(READY_WHEN), DEFAULT_GATEWAY_SETTINGS.ready_when),
     max_in_flight_per_server: withDefault(integer(0, MAX_REQUEST_COUNT), DEFAULT_MAX_IN_FLIGHT_PER_SERVER),
     max_queued_requests: withDefault(integer(0, MAX_REQUEST_COUNT), DEFAULT_MAX_QUEUED_REQUESTS),
     queue_timeout_ms: withDefault(integer(1, MAX_TIMER_MS), DEFAULT_QUEUE_TIMEOUT_MS),
@@ -358,6 +401,12 @@ function fleetSchema (options: FleetConfigOptions) {
     admin_port: withDefault(integer(-1, 65535), DEFAULT_ADMIN_PORT),
     // A path, never the token itself: a fleet file is shared and committed; a token is a secret.
     admin_token_file: optional(string()),
+    // Names the admin API answers to besides addresses, localhost and admin_host: any other Host is refused, so a
+    // web page cannot point its own name at the listener (DNS rebinding). Absent: none.
+    admin_allowed_hosts: optional(list(string({ pattern: ALLOWED_HOST, normalize: (name) => name.toLowerCase() }), {
+      nonEmpty: 'omit it to allow addresses, localhost and admin_host only',
+      unique: { what: 'host name' }
+    })),
     shutdown_timeout_ms: withDefault(integer(0, MAX_TIMER_MS), DEFAULT_SHUTDOWN_TIMEOUT_MS),
     drain_timeout_ms: withDefault(integer(0, MAX_TIMER_MS), DEFAULT_DRAIN_TIMEOUT_MS),
     slow_start_ms: withDefault(integer(0, MAX_TIMER_MS), DEFAULT_SLOW_START_MS),
@@ -565,6 +614,27 @@ function crossCheck (root: Node | null, ctx: SchemaContext): void {
     backoffBase <= MAX_BACKOFF_MS && backoffMax >= 0) {
     ctx.report(backoffMaxNode ?? backoffBaseNode, null,
       `retries.backoff_max_ms (${backoffMax}) must be at least backoff_base_ms (${backoffBase})`)
+  }
+
+  const perTryNode = ctx.resolve(childOf(retries, 'per_try_timeout', ctx))
+  const perTryMinNode = childOf(perTryNode, 'min_ms', ctx)
+  const perTryMaxNode = childOf(perTryNode, 'max_ms', ctx)
+  const perTryMin = integerOfOr(perTryMinNode, DEFAULT_RETRY_SETTINGS.per_try_timeout.min_ms)
+  const perTryMax = integerOfOr(perTryMaxNode, DEFAULT_RETRY_SETTINGS.per_try_timeout.max_ms)
+  if (perTryMin !== undefined && perTryMax !== undefined && perTryMax < perTryMin && perTryMin >= 1) {
+    ctx.report(perTryMaxNode ?? perTryMinNode, null,
+      `retries.per_try_timeout.max_ms (${perTryMax}) must be at least min_ms (${perTryMin})`)
+  }
+
+  // Node refuses a server whose head timeout is longer than its whole-request timeout.
+  const gatewayNode = ctx.resolve(childOf(root, 'gateway', ctx))
+  const headerTimeoutNode = childOf(gatewayNode, 'header_timeout_ms', ctx)
+  const bodyTimeoutNode = childOf(gatewayNode, 'body_timeout_ms', ctx)
+  const headerTimeout = integerOfOr(headerTimeoutNode, DEFAULT_HEADER_TIMEOUT_MS)
+  const bodyTimeout = integerOfOr(bodyTimeoutNode, DEFAULT_BODY_TIMEOUT_MS)
+  if (headerTimeout !== undefined && bodyTimeout !== undefined && bodyTimeout < headerTimeout && bodyTimeout >= 1) {
+    ctx.report(bodyTimeoutNode ?? headerTimeoutNode, null,
+      `gateway.body_timeout_ms (${bodyTimeout}) must be at least header_timeout_ms (${headerTimeout}): the whole request includes its head`)
   }
 
   checkCanaries(servers, ctx.resolve(childOf(root, 'canary', ctx)), ctx)

@@ -212,6 +212,21 @@ export class Fleet {
     return this.#byName.get(name)
   }
 
+  /**
+   * The models (sorted) that no server can take a request for right now: none of their servers is active and
+   * passing its checks (and not ejected). Panic does not count: a model whose every server fails its checks is
+   * served by all of them in panic, but none of them is usable.
+   */
+  unservedModels (): string[] {
+    const usable = this.#usable
+    const unserved: string[] = []
+    for (const model of this.#models) {
+      const all = this.#routes.get(model)?.all ?? NONE
+      if (!all.some((e) => usable === undefined || usable(e, model))) unserved.push(model)
+    }
+    return unserved
+  }
+
   /** Whether any server in the fleet lists `model` (whatever its state). */
   servesModel (model: string): boolean {
     return this.#routes.has(model)

@@ -30,7 +30,6 @@ import {
   type ModelInferRequestMessage, type ModelInferResponseMessage, type ModelReadyRequest, type ModelReadyResponse,
   type ModelStreamInferResponseMessage
 } from '../../common/protocol/grpc/messages.ts'
-import { type Fleet } from '../fleet/fleet.ts'
 import { type Endpoint } from '../fleet/types.ts'
 import { type Forwarder } from '../proxy/forward.ts'
 import { ENDPOINT_HEADER, REQUEST_ID_HEADER, upstreamRequestHeaders } from '../proxy/headers.ts'
@@ -39,9 +38,9 @@ import { type ForwardRequest, type ForwardResult, type UpstreamResponse } from '
 import { ClientGone } from './client-gone.ts'
 import { gatewayMetadata } from './gateway-metadata.ts'
 import { mergeIndexes, mergeStatistics, type Merged } from './merge.ts'
+import { type Readiness } from './readiness.ts'
 
 export interface GatewayGrpcOptions {
-  fleet: Fleet
   pipeline: ModelPipeline
   forwarder: Forwarder
   logger: Logger
@@ -49,6 +48,8 @@ export interface GatewayGrpcOptions {
   maxMessageBytes: number
   /** Deadline for each server's answer to a fan-out call (statistics, the index). */
   fanOutTimeoutMs: number
+  /** Whether the gateway can serve (`readiness.ts`), as the HTTP front's `/v2/health/ready` says. */
+  readiness: () => Readiness
 }
 
 /** Client metadata passed on upstream, as the HTTP front passes these headers on. */
@@ -59,7 +60,7 @@ interface Reply<T> { readonly endpoint?: string | undefined, readonly answer: Gr
 
 /** Builds (does not bind) the gateway's gRPC server: the inference service, health and reflection. */
 export function buildGatewayGrpc (options: GatewayGrpcOptions): grpc.Server {
-  const { fleet, pipeline, forwarder, logger } = options
+  const { pipeline, forwarder, logger } = options
   const nextRequestId = requestIdGenerator()
 
   /**
@@ -144,12 +145,11 @@ export function buildGatewayGrpc (options: GatewayGrpcOptions): grpc.Server {
   return createGrpcServer({
     maxMessageBytes: options.maxMessageBytes,
     maxMessageSetting: 'gateway.max_body_bytes in the fleet file',
-    // As the HTTP front's readiness: somewhere to send requests.
-    ready: () => fleet.endpoints.length > 0,
+    ready: () => options.readiness().ready,
     logger
   }, {
     ServerLive: (_call, callback) => { callback(null, { live: true }) },
-    ServerReady: (_call, callback) => { callback(null, { ready: fleet.endpoints.length > 0 }) },
+    ServerReady: (_call, callback) => { callback(null, { ready: options.readiness().ready }) },
     ServerMetadata: (_call, callback) => { callback(null, serverMetadataToMessage(gatewayMetadata())) },
     // Triton's HTTP ready answers 400 for a version that is not ready; through the gateway a model with no usable
     // server (503) is not ready either. An unknown model or version is an error, as in Triton.

@@ -7,7 +7,7 @@
  */
 import { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
 import { errorBody } from '../../common/errors.ts'
-import { createKServeServer, route } from '../../common/http-server.ts'
+import { createKServeServer, route, type KServeServerOptions } from '../../common/http-server.ts'
 import { type Logger } from '../../common/logger.ts'
 import { type Fleet } from '../fleet/fleet.ts'
 import { type Endpoint } from '../fleet/types.ts'
@@ -21,6 +21,7 @@ import { ClientGone } from './client-gone.ts'
 import { fleetView } from './fleet-view.ts'
 import { gatewayMetadata } from './gateway-metadata.ts'
 import { mergeIndexes, mergeStatistics, type FanOutAnswer } from './merge.ts'
+import { type Readiness } from './readiness.ts'
 
 /** Named in the 413 and 431 messages: where to raise the limits. */
 const BODY_LIMIT_SETTING = 'gateway.max_body_bytes in the fleet file'
@@ -46,10 +47,14 @@ export interface GatewayHttpOptions {
   bodyLimit: number
   /** Largest accepted request head in bytes (`gateway.max_header_bytes`). */
   headerLimit: number
+  /** Header count and slow-client timeouts (`gateway.max_header_count`, `*_timeout_ms`); each defaults there. */
+  limits?: Pick<KServeServerOptions, 'headerCountLimit' | 'headerTimeoutMs' | 'bodyTimeoutMs' | 'idleTimeoutMs'>
   /** Deadline for each server's answer to a fan-out call (the repository index). */
   fanOutTimeoutMs: number
   /** Milliseconds from a monotonic clock, for request durations. */
   now (): number
+  /** Whether the gateway can serve (`readiness.ts`). */
+  readiness (): Readiness
 }
 
 interface ModelParams { model: string, version?: string }
@@ -65,7 +70,10 @@ export function buildGatewayHttp (options: GatewayHttpOptions): FastifyInstance 
     bodyLimit: options.bodyLimit,
     bodyLimitSetting: BODY_LIMIT_SETTING,
     headerLimit: options.headerLimit,
-    headerLimitSetting: HEADER_LIMIT_SETTING
+    headerLimitSetting: HEADER_LIMIT_SETTING,
+    headerCountSetting: 'gateway.max_header_count in the fleet file',
+    timeoutSettings: 'gateway.header_timeout_ms and gateway.body_timeout_ms in the fleet file',
+    ...options.limits
   })
 
   // Set first so that every answer carries the id, errors included; a proxied answer repeats the same value. Hooks
@@ -92,8 +100,11 @@ export function buildGatewayHttp (options: GatewayHttpOptions): FastifyInstance 
   }
 
   route(app, 'GET', '/v2/health/live', async (_request, reply) => reply.code(200).send())
-  // Ready when there is somewhere to send requests; per-server health arrives with the health checker.
-  route(app, 'GET', '/v2/health/ready', async (_request, reply) => reply.code(fleet.endpoints.length > 0 ? 200 : 400).send())
+  // Triton answers 400 with no body when not ready; the body here says which models cannot be served.
+  route(app, 'GET', '/v2/health/ready', async (_request, reply) => {
+    const readiness = options.readiness()
+    return readiness.ready ? reply.code(200).send() : reply.code(400).type('application/json').send(errorBody(readiness.reason))
+  })
   route(app, 'GET', '/v2', async (_request, reply) => reply.type('application/json').send(JSON.stringify(gatewayMetadata())))
 
   // Resolves once the answer is sent, with nothing: resolving with `reply` (a thenable) would cost fastify three more
@@ -208,7 +219,9 @@ function headerValue (value: string | string[] | undefined): string | undefined 
 }
 
 function sendUpstream (reply: FastifyReply, response: UpstreamResponse): FastifyReply {
-  return reply.code(response.statusCode).headers(response.headers).send(response.body)
+  reply.code(response.statusCode).headers(response.headers)
+  // An empty Buffer would be labelled application/octet-stream by fastify; an empty answer (ready) has no type.
+  return response.body.length === 0 ? reply.send() : reply.send(response.body)
 }
 
 function sendResult (request: FastifyRequest, reply: FastifyReply, result: ForwardResult): FastifyReply {

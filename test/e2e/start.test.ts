@@ -54,6 +54,24 @@ t.test('flotilla start on free ports serves the README curl', async t => {
   }
   t.strictSame(endpoints, new Set(['worker-1', 'worker-2']), 'the demo fleet balances across both workers')
 
+  // A client's bad input is a 400 and never counts against the worker that refused it: twenty token ids out of the
+  // vocabulary (four times outlier detection's five in a row, on each worker) and the fleet is still whole.
+  const badIds = Array.from({ length: 64 }, (_, i) => i === 3 ? 99_999 : i)
+  for (let i = 0; i < 20; i++) {
+    const bad = await post(`${url}/v2/models/transformer/infer`, { inputs: [{ name: 'input_ids', datatype: 'INT64', shape: [1, 64], data: badIds }] })
+    t.equal(bad.status, 400, bad.text)
+    if (i === 0) t.match(bad.json, { error: /index 99999 .*is out of range/ }, 'the 400 names the index and the range')
+  }
+  const fleetView = (await get(`${url}/v2/fleet`)).json as { endpoints: Array<{ name: string, ejected: boolean }> }
+  t.strictSame(fleetView.endpoints.map((e) => [e.name, e.ejected]), [['worker-1', false], ['worker-2', false]], 'no worker was ejected for a client\'s mistakes')
+  const good = new Set<string>()
+  for (let i = 0; i < 2; i++) {
+    const ok = await post(`${url}/v2/models/transformer/infer`, { inputs: [{ name: 'input_ids', datatype: 'INT64', shape: [1, 64], data: badIds.map((v) => v % 1000) }] })
+    t.equal(ok.status, 200, ok.text)
+    good.add(String(ok.headers['x-flotilla-endpoint']))
+  }
+  t.strictSame(good, new Set(['worker-1', 'worker-2']), 'both workers still take requests')
+
   const exited = new Promise<number | null>(resolve => child.once('exit', code => resolve(code)))
   child.kill('SIGTERM')
   t.equal(await exited, 0, 'SIGTERM stops the fleet cleanly')

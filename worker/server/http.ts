@@ -6,7 +6,7 @@
  */
 import { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
 import { createError, isFlotillaError } from '../../common/errors.ts'
-import { createKServeServer, route } from '../../common/http-server.ts'
+import { createKServeServer, route, type KServeServerOptions } from '../../common/http-server.ts'
 import { type Logger } from '../../common/logger.ts'
 import { QUEUE_DEPTH_HEADER } from '../../common/protocol/headers.ts'
 import {
@@ -35,6 +35,8 @@ export interface WorkerHttpOptions {
    * then on ready answers 400, so that gateways stop sending.
    */
   drain: DrainTracker
+  /** Header count and slow-client timeouts (`common/http-server.ts`); each defaults there. */
+  limits?: Pick<KServeServerOptions, 'headerLimit' | 'headerCountLimit' | 'headerTimeoutMs' | 'bodyTimeoutMs' | 'idleTimeoutMs'>
 }
 
 type ModelParams = { model: string, version?: string }
@@ -47,7 +49,13 @@ const EMPTY = Buffer.alloc(0)
 export function buildWorkerHttp (options: WorkerHttpOptions): FastifyInstance {
   const { repository, service } = options
   const app = createKServeServer({
-    logger: options.logger, bodyLimit: options.bodyLimit, bodyLimitSetting: BODY_LIMIT_SETTING
+    logger: options.logger,
+    bodyLimit: options.bodyLimit,
+    bodyLimitSetting: BODY_LIMIT_SETTING,
+    headerLimitSetting: 'the worker flag --max-header-bytes',
+    headerCountSetting: 'the worker flag --max-header-count',
+    timeoutSettings: 'the worker flags --header-timeout-ms and --body-timeout-ms',
+    ...options.limits
   })
 
   options.drain.track(app.server)

@@ -206,6 +206,9 @@ t.test('gateway runtime keys: defaults, explicit values, and the range ends', as
   t.equal(parse(`${SERVERS}gateway: { admin_port: -1 }\n`).gateway.admin_port, -1, '-1 turns the admin listener off')
   t.equal(parse(`${SERVERS}gateway: { admin_port: 0 }\n`).gateway.admin_port, 0, '0: an ephemeral port')
   t.equal(parse(`${SERVERS}gateway: { admin_host: '::1' }\n`).gateway.admin_host, '::1')
+  t.notOk('admin_allowed_hosts' in defaults, 'no further admin host names unless listed')
+  t.strictSame(parse(`${SERVERS}gateway: { admin_allowed_hosts: [Gateway.Internal, flotilla-admin, gw_1.corp.example] }\n`).gateway.admin_allowed_hosts,
+    ['gateway.internal', 'flotilla-admin', 'gw_1.corp.example'], 'names as listed, in lower case (Host is matched without case)')
 })
 
 t.test('gateway runtime keys: each invalid value refused with file:line:col', async (t) => {
@@ -222,8 +225,16 @@ t.test('gateway runtime keys: each invalid value refused with file:line:col', as
     ['slow_start_ms: 1.5', 'fleet.yaml:19:18: gateway.slow_start_ms must be an integer in 0..2147483647, got 1.5'],
     ['watch: yes', "fleet.yaml:19:10: gateway.watch must be true or false, got 'yes' (a string)"],
     ['admin_token: hunter2', "fleet.yaml:19:3: unknown key 'admin_token' in gateway (allowed: host, http_port, grpc_port, metrics_port, max_body_bytes, " +
-      'request_timeout_ms, max_header_bytes, max_in_flight_per_server, max_queued_requests, queue_timeout_ms, admin_host, admin_port, ' +
-      'admin_token_file, shutdown_timeout_ms, drain_timeout_ms, slow_start_ms, watch)']
+      'request_timeout_ms, max_header_bytes, max_header_count, header_timeout_ms, body_timeout_ms, idle_timeout_ms, ready_when, max_in_flight_per_server, max_queued_requests, queue_timeout_ms, admin_host, admin_port, ' +
+      'admin_token_file, admin_allowed_hosts, shutdown_timeout_ms, drain_timeout_ms, slow_start_ms, watch)'],
+    ['admin_allowed_hosts: []', 'fleet.yaml:19:24: gateway.admin_allowed_hosts must not be empty (omit it to allow addresses, localhost and admin_host only)'],
+    ['admin_allowed_hosts: gw.internal', "fleet.yaml:19:24: gateway.admin_allowed_hosts must be a list, got 'gw.internal' (a string)"],
+    ...['gw.internal:9000', 'http://gw.internal', 'gw.internal/admin', '*.internal', '.internal', '[::1]'].map((name): [string, string] => [
+      `admin_allowed_hosts: ['${name}']`,
+      `fleet.yaml:19:25: gateway.admin_allowed_hosts[0] '${name}' is not allowed: give a host name as it appears in the admin URL ` +
+        '(gateway.internal), without a scheme, port or path; IP addresses and localhost need no entry'
+    ]),
+    ['admin_allowed_hosts: [a, a]', "fleet.yaml:19:28: duplicate host name 'a' at gateway.admin_allowed_hosts[1] (first at 19:25)"]
   ]
   for (const [line, expected] of cases) {
     t.equal(problems(t, `${SERVERS}gateway:\n  ${line}\n`), expected, line)

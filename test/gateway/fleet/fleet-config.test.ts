@@ -1,5 +1,8 @@
+import { readdirSync } from 'node:fs'
+import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
+import { SERVER_NAME_RULE } from '../../../gateway/admin/api.ts'
 import { balancerNames, hasBalancer, validateBalancerOptions } from '../../../gateway/balancer/registry.ts'
 import {
   DEFAULT_GATEWAY_SETTINGS, DEFAULT_RETRY_SETTINGS, loadFleetFile, parseFleetConfig, toBalancerOptions, type FleetConfig,
@@ -47,8 +50,11 @@ load_balancer:
 const TOP = 'model_repository, inference_servers, load_balancer, models, canary, retries, health_check, outlier_detection, gateway'
 const SERVER_KEYS = 'name, host, port, grpc_port, models, weight, protocol, labels, versions, max_in_flight'
 const GATEWAY_KEYS = 'host, http_port, grpc_port, metrics_port, max_body_bytes, request_timeout_ms, max_header_bytes, ' +
-  'max_in_flight_per_server, max_queued_requests, queue_timeout_ms, admin_host, admin_port, admin_token_file, ' +
-  'shutdown_timeout_ms, drain_timeout_ms, slow_start_ms, watch'
+  'max_header_count, header_timeout_ms, body_timeout_ms, idle_timeout_ms, ready_when, max_in_flight_per_server, max_queued_requests, queue_timeout_ms, admin_host, admin_port, admin_token_file, ' +
+  'admin_allowed_hosts, shutdown_timeout_ms, drain_timeout_ms, slow_start_ms, watch'
+/** What a refused server name is told. */
+const NAME_RULE = "a server name is 1 to 63 characters, ASCII letters, digits, '.', '_', ':' and '-', starting with a " +
+  'letter or digit (it is sent in URLs, metric labels, logs and the x-flotilla-endpoint header)'
 /** The normalised `gateway` section of a file that has none. */
 const GATEWAY_DEFAULTS = {
   host: '127.0.0.1',
@@ -58,6 +64,11 @@ const GATEWAY_DEFAULTS = {
   max_body_bytes: 67108864,
   request_timeout_ms: 60000,
   max_header_bytes: 16384,
+  max_header_count: 100,
+  header_timeout_ms: 10000,
+  body_timeout_ms: 300000,
+  idle_timeout_ms: 72000,
+  ready_when: 'every_model',
   max_in_flight_per_server: 0,
   max_queued_requests: 1024,
   queue_timeout_ms: 5000,
@@ -68,7 +79,14 @@ const GATEWAY_DEFAULTS = {
   slow_start_ms: 0,
   watch: true
 }
-const RETRY_DEFAULTS = { max_retries: 2, budget_percent: 20, min_concurrent: 3, backoff_base_ms: 25, backoff_max_ms: 250 }
+const RETRY_DEFAULTS = {
+  max_retries: 2,
+  budget_percent: 20,
+  min_concurrent: 3,
+  backoff_base_ms: 25,
+  backoff_max_ms: 250,
+  per_try_timeout: { p99_multiple: 5, min_ms: 1000, max_ms: 30000, window_ms: 30000, min_samples: 20 }
+}
 
 t.test('the seed fleet file loads unchanged', async (t) => {
   const config = loadFleetFile(SEED, options)
@@ -198,6 +216,23 @@ t.test('fixtures: each problem names the file, line, column and key', async (t) 
   }
 })
 
+t.test('the fleet files in config/ load, and every server name in them and in the seed keeps to the name rule', async (t) => {
+  const dir = fileURLToPath(new URL('../../../config/', import.meta.url))
+  const files = readdirSync(dir).filter((f) => f.endsWith('.yaml')).map((f) => join(dir, f))
+  t.ok(files.length > 0, 'config/ has a fleet file')
+  for (const file of [SEED, ...files]) {
+    const config = loadFleetFile(file, options)
+    for (const server of config.inference_servers) t.match(server.name, SERVER_NAME_RULE.regex, `${file}: ${server.name}`)
+  }
+})
+
+t.test('server names: every character the rule allows, up to 63 of them', async (t) => {
+  const names = ['a', 'A', '7', 'worker-1.rack_2', '10.0.0.5:8000', 'triton-0.triton.default.svc', 'x'.repeat(63)]
+  const config = parse(`inference_servers:\n${names.map((n, i) => `  - { name: '${n}', host: h, port: ${8000 + i}, models: [m] }\n`).join('')}` +
+    'load_balancer: { type: round_robin }\n')
+  t.strictSame(config.inference_servers.map((s) => s.name), names)
+})
+
 t.test('a file that cannot be read', async (t) => {
   const path = `${FIXTURES}does-not-exist.yaml`
   t.throws(() => loadFleetFile(path, options), {
@@ -232,8 +267,21 @@ t.test('inline bad fleets', async (t) => {
     ['numeric name', BASE.replace('name: a', 'name: 7'),
       'fleet.yaml:2:11: inference_servers[0].name must be a non-empty string, got 7 (put it in quotes to make it a string)'],
     ['name with a space', BASE.replace('name: a', 'name: my server'),
-      "fleet.yaml:2:11: inference_servers[0].name 'my server' is not allowed: use visible ASCII characters without spaces " +
-      '(the name is sent in the x-flotilla-endpoint header)'],
+      `fleet.yaml:2:11: inference_servers[0].name 'my server' is not allowed: ${NAME_RULE}`],
+    ['name with a slash', BASE.replace('name: a', 'name: rack/1'),
+      `fleet.yaml:2:11: inference_servers[0].name 'rack/1' is not allowed: ${NAME_RULE}`],
+    ['name with a quote', BASE.replace('name: a', 'name: "a\'b"'),
+      `fleet.yaml:2:11: inference_servers[0].name 'a'b' is not allowed: ${NAME_RULE}`],
+    ['name that is not ASCII', BASE.replace('name: a', 'name: wörker'),
+      `fleet.yaml:2:11: inference_servers[0].name 'wörker' is not allowed: ${NAME_RULE}`],
+    ['name starting with a dot', BASE.replace('name: a', 'name: ..'),
+      `fleet.yaml:2:11: inference_servers[0].name '..' is not allowed: ${NAME_RULE}`],
+    ['name starting with a dash', BASE.replace('name: a', 'name: -a'),
+      `fleet.yaml:2:11: inference_servers[0].name '-a' is not allowed: ${NAME_RULE}`],
+    ['name of 64 characters', BASE.replace('name: a', `name: ${'n'.repeat(64)}`),
+      `fleet.yaml:2:11: inference_servers[0].name '${'n'.repeat(64)}' is not allowed: ${NAME_RULE}`],
+    ['name of 10 KB, quoted short', BASE.replace('name: a', `name: ${'n'.repeat(10240)}`),
+      `fleet.yaml:2:11: inference_servers[0].name '${'n'.repeat(40)}...' (10240 characters) is not allowed: ${NAME_RULE}`],
     ['host with a scheme', BASE.replace('host: 127.0.0.1', 'host: http://10.0.0.1'),
       "fleet.yaml:3:11: inference_servers[0].host 'http://10.0.0.1' must be a host name or IP address alone: no scheme, " +
       'path, spaces or brackets (write IPv6 addresses bare)'],
@@ -397,11 +445,34 @@ gateway:
   t.strictSame(config.models['gpt'], {}, 'an empty policy is allowed: every setting is the fleet-wide one')
   t.strictSame(Object.keys(config.models), ['resnet', 'bert', 'gpt'], 'models keep the file order')
   const retries: RetryConfig = config.retries
-  t.strictSame(retries, { max_retries: 10, budget_percent: 0, min_concurrent: 100000, backoff_base_ms: 0, backoff_max_ms: 0 })
+  t.strictSame(retries, { max_retries: 10, budget_percent: 0, min_concurrent: 100000, backoff_base_ms: 0, backoff_max_ms: 0, per_try_timeout: RETRY_DEFAULTS.per_try_timeout })
   t.strictSame(config.gateway, { ...GATEWAY_DEFAULTS, max_header_bytes: 1024, max_in_flight_per_server: 64, max_queued_requests: 0, queue_timeout_ms: 1 })
   t.equal(config.inference_servers[0]?.max_in_flight, 8)
   t.equal(config.inference_servers[1]?.max_in_flight, 0, '0 (unlimited) is kept, distinct from absent')
   t.ok(isDeepFrozen(config))
+})
+
+t.test('per-try timeouts, slow-client timeouts, header count and readiness: read, defaulted and checked', async (t) => {
+  const config = parse(BASE + [
+    'models:', '  m:', '    per_try_timeout_ms: 0',
+    'retries:', '  per_try_timeout_ms: 2500', '  per_try_timeout: { p99_multiple: 2.5, min_ms: 50 }',
+    'gateway:', '  max_header_count: 40', '  header_timeout_ms: 2000', '  body_timeout_ms: 2000', '  idle_timeout_ms: 5000', '  ready_when: any_model'
+  ].join('\n') + '\n')
+  t.equal(config.models['m']?.per_try_timeout_ms, 0, '0 (no per-try limit for this model) is kept, distinct from absent')
+  t.equal(config.retries.per_try_timeout_ms, 2500)
+  t.strictSame(config.retries.per_try_timeout, { ...RETRY_DEFAULTS.per_try_timeout, p99_multiple: 2.5, min_ms: 50 })
+  t.strictSame(config.gateway, { ...GATEWAY_DEFAULTS, max_header_count: 40, header_timeout_ms: 2000, body_timeout_ms: 2000, idle_timeout_ms: 5000, ready_when: 'any_model' })
+  const refused: Array<[string, string]> = [
+    ['retries:\n  per_try_timeout: { min_ms: 5000, max_ms: 1000 }\n', 'retries.per_try_timeout.max_ms (1000) must be at least min_ms (5000)'],
+    ['retries:\n  per_try_timeout: { p99_multiple: 0.5 }\n', 'retries.per_try_timeout.p99_multiple must be a number in 1..1000, got 0.5'],
+    ['retries:\n  per_try_timeout_ms: -1\n', 'retries.per_try_timeout_ms must be an integer in 0..2147483647, got -1'],
+    ['gateway:\n  header_timeout_ms: 20000\n  body_timeout_ms: 10000\n', 'gateway.body_timeout_ms (10000) must be at least header_timeout_ms (20000): the whole request includes its head'],
+    ['gateway:\n  ready_when: always\n', "gateway.ready_when must be one of 'every_model', 'any_model', got 'always'"],
+    ['gateway:\n  max_header_count: 0\n', 'gateway.max_header_count must be an integer in 1..10000, got 0']
+  ]
+  for (const [yaml, message] of refused) {
+    t.throws(() => parse(BASE + yaml), { message: new RegExp(message.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')) }, message)
+  }
 })
 
 t.test('retries: a partial section is filled in with the defaults', async (t) => {
@@ -489,7 +560,7 @@ t.test('inline bad extensions', async (t) => {
     ['a model twice', BASE + 'models:\n  m: {}\n  m: {}\n', "fleet.yaml:10:3: duplicate key 'm' in models (first at 9:3)"],
     ['a model with no settings', BASE + 'models:\n  m:\n', 'fleet.yaml:9:3: models.m must be a mapping, got nothing (null)'],
     ['unknown key in a model', BASE + 'models:\n  m:\n    timeout_ms: 5\n',
-      "fleet.yaml:10:5: unknown key 'timeout_ms' in models.m (allowed: load_balancer, request_timeout_ms, max_retries)"],
+      "fleet.yaml:10:5: unknown key 'timeout_ms' in models.m (allowed: load_balancer, request_timeout_ms, max_retries, per_try_timeout_ms)"],
     ['fleet-wide balancer key in a model', BASE + 'models:\n  m:\n    load_balancer: { type: random, servers: [{ name: a }] }\n',
       "fleet.yaml:10:36: unknown key 'servers' in models.m.load_balancer (allowed: type, options, hash_header)"],
     ['model balancer with no type', BASE + 'models:\n  m:\n    load_balancer: { options: { choices: 2 } }\n',
@@ -506,8 +577,8 @@ t.test('inline bad extensions', async (t) => {
       'fleet.yaml:10:18: models.m.max_retries must be an integer in 0..10, got 11'],
     // retries
     ['retries not a mapping', BASE + 'retries: 3\n', 'fleet.yaml:8:10: retries must be a mapping, got 3'],
-    ['unknown key in retries', BASE + 'retries:\n  per_try_timeout_ms: 5\n',
-      "fleet.yaml:9:3: unknown key 'per_try_timeout_ms' in retries (allowed: max_retries, budget_percent, min_concurrent, backoff_base_ms, backoff_max_ms)"],
+    ['unknown key in retries', BASE + 'retries:\n  hedge_after_ms: 5\n',
+      "fleet.yaml:9:3: unknown key 'hedge_after_ms' in retries (allowed: max_retries, budget_percent, min_concurrent, backoff_base_ms, backoff_max_ms, per_try_timeout_ms, per_try_timeout)"],
     ['negative max_retries', BASE + 'retries:\n  max_retries: -1\n',
       'fleet.yaml:9:16: retries.max_retries must be an integer in 0..10, got -1'],
     ['budget over 100', BASE + 'retries:\n  budget_percent: 101\n',

@@ -436,3 +436,25 @@ t.test('a port in use is reported and nothing is left listening', async (t) => {
     logger: silentLogger()
   }), { code: 'EADDRINUSE' })
 })
+
+t.test('ready only while every model has a usable server; the 400 says which model has none', async (t) => {
+  const a = await worker(t, 'a')
+  const dead = await closedPort()
+  const config = parseFleetConfig([
+    'inference_servers:',
+    `  - { name: a, host: 127.0.0.1, port: ${a.port}, models: [m] }`,
+    `  - { name: gone, host: 127.0.0.1, port: ${dead}, models: [solo] }`,
+    'load_balancer: { type: round_robin }',
+    'health_check: { interval_ms: 100, timeout_ms: 100, healthy_threshold: 1, unhealthy_threshold: 1, jitter_percent: 0 }',
+    'gateway: { http_port: 0, metrics_port: 0 }'
+  ].join('\n') + '\n', { file: 'test-fleet.yaml', isKnownStrategy: hasBalancer })
+  const g = await gateway(t, config)
+  let ready = await send(g.httpPort, 'GET', '/v2/health/ready')
+  for (let i = 0; i < 50 && ready.status === 200; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    ready = await send(g.httpPort, 'GET', '/v2/health/ready')
+  }
+  t.equal(ready.status, 400, 'a model whose only server is down makes the gateway not ready')
+  t.match(ready.headers['content-type'], /application\/json/)
+  t.match(JSON.parse(ready.body), { error: /no usable server for model 'solo'/ })
+})
