@@ -94,6 +94,20 @@ t.test('draining a worker under steady load: no request fails, and it gets none 
   t.teardown(() => load.stop())
   t.ok(await waitFor(() => served(load.exchanges, 'worker-b') >= 20 && served(load.exchanges, 'worker-a') >= 20, 15_000), 'both serve')
 
+  // What a web page in the operator's browser can send (CSRF, or DNS rebinding with a foreign Host): refused, and
+  // nothing changes. The real drain below is the same call from the command line.
+  for (const headers of [
+    { 'content-type': 'text/plain', origin: 'http://evil.example' },
+    { 'content-type': 'text/plain', host: 'evil.example' },
+    { 'content-type': 'application/x-www-form-urlencoded', 'sec-fetch-site': 'cross-site' }
+  ]) {
+    const forged = await request(`${gw.admin}/v1/endpoints/worker-b/drain`, { method: 'POST', headers, body: '{}', signal: AbortSignal.timeout(CLIENT_TIMEOUT_MS) })
+    t.equal(forged.statusCode, 403, `a browser's drain is refused: ${JSON.stringify(headers)}`)
+    await forged.body.text()
+  }
+  t.match((await admin<{ endpoints: AdminEndpointView[] }>(gw, 'GET', '/v1/endpoints')).json.endpoints.find((e) => e.name === 'worker-b'),
+    { state: 'active' }, 'worker-b still active after the forged calls')
+
   const drain = await admin<DrainStatus>(gw, 'POST', '/v1/endpoints/worker-b/drain', { timeout_ms: 10_000 })
   const returnedAt = performance.now()
   t.equal(drain.status, 202)
