@@ -21,7 +21,6 @@ import {
   DEFAULT_MAX_INPUT_BYTES,
   type DecodeInferRequestOptions,
   type DecodeInferResponseOptions,
-  type TensorKind,
   binaryByteSizeError,
   checkTensorLength,
   decodeInferRequest,
@@ -29,7 +28,6 @@ import {
   decodeInferResponse,
   decodeInferResponseJson,
   decodeResponseEnvelope,
-  decodeTensorData,
   encodeBinaryTensorJson,
   encodeRequestEnvelope,
   encodeResponseEnvelope,
@@ -39,6 +37,7 @@ import {
   requestIdPrefix,
   stringElementCountError
 } from './json-codec.ts'
+import { DEFAULT_INPUT_LIMIT_SETTING, type TensorKind, decodeTensorData } from './json-tensor-data.ts'
 import {
   type DataType,
   type InferRequest,
@@ -194,7 +193,7 @@ export function decodeHttpInferRequest (
   }
   checkHeaderLength(headerLength, body.length)
   const section = new BodySection(body, headerLength, 'input', options.modelName)
-  return decodeInferRequestJson(body.toString('utf8', 0, headerLength), options, section)
+  return decodeInferRequestJson(body.subarray(0, headerLength), options, section)
 }
 
 /**
@@ -207,7 +206,7 @@ export function decodeHttpInferResponse (
   if (headerLength === undefined) return decodeInferResponse(body, options)
   checkHeaderLength(headerLength, body.length)
   const section = new BodySection(body, headerLength, 'output', undefined)
-  return decodeInferResponseJson(body.toString('utf8', 0, headerLength), options, section)
+  return decodeInferResponseJson(body.subarray(0, headerLength), options, section)
 }
 
 /**
@@ -230,13 +229,13 @@ export function rawRequestInputCountError (inputCount: number, modelName: string
  */
 export function decodeRawBinaryRequest (
   body: Buffer, input: { name: string, datatype: DataType, dims: readonly number[] }, batching: boolean,
-  modelName: string, options: Pick<DecodeInferRequestOptions, 'maxInputBytes'> = {}
+  modelName: string, options: Pick<DecodeInferRequestOptions, 'maxInputBytes' | 'maxInputBytesSetting'> = {}
 ): InferRequest {
   const maxBytes = options.maxInputBytes ?? DEFAULT_MAX_INPUT_BYTES
   if (body.length > maxBytes) {
     throw invalidRequest(
       `Raw input has a byte_size (${body.length} bytes) that exceeds the maximum allowed value of ${maxBytes} bytes. ` +
-      'Use --http-max-input-size to increase the limit.'
+      `Use ${options.maxInputBytesSetting ?? DEFAULT_INPUT_LIMIT_SETTING} to increase the limit.`
     )
   }
   const { name, datatype, dims } = input
@@ -436,7 +435,7 @@ export function decodeRawHttpInferResponse (body: Buffer, headerLength: number |
   const jsonLength = headerLength ?? body.length
   checkHeaderLength(jsonLength, body.length)
   let pos = jsonLength
-  const response: RawInferResponse = decodeResponseEnvelope(body.toString('utf8', 0, jsonLength), (header) => {
+  const response: RawInferResponse = decodeResponseEnvelope(body.subarray(0, jsonLength), (header) => {
     let raw: Uint8Array
     if (header.binaryDataSize !== undefined) {
       const size = header.binaryDataSize

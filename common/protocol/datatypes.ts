@@ -22,6 +22,12 @@ export type StorageKind =
   | 'float32' | 'float64'
   | 'bytes'
 
+/** The smallest and largest value of an integer datatype, exact (bigint, since the 64-bit ends are not doubles). */
+export interface IntegerRange {
+  readonly min: bigint
+  readonly max: bigint
+}
+
 /** Everything Flotilla needs to know about one protocol datatype. */
 export interface DataTypeInfo {
   /** Protocol name, as on the wire. */
@@ -40,6 +46,8 @@ export interface DataTypeInfo {
   readonly isFloat: boolean
   /** Elements are bigint (INT64, UINT64). */
   readonly isBigInt: boolean
+  /** The values an integer datatype holds, both ends included; undefined for the others (BOOL included). */
+  readonly integerRange: IntegerRange | undefined
   /** The TypedArray (or array of Uint8Array for BYTES) that holds the elements. */
   readonly storage: StorageKind
 }
@@ -48,6 +56,13 @@ function info (
   name: DataType, byteSize: number, configType: ConfigTypeName, configEnumValue: number, storage: StorageKind,
   flags: { integer?: boolean, unsigned?: boolean, float?: boolean, bigint?: boolean } = {}
 ): DataTypeInfo {
+  const bits = BigInt(byteSize * 8)
+  let integerRange: IntegerRange | undefined
+  if (flags.integer === true) {
+    integerRange = Object.freeze(flags.unsigned === true
+      ? { min: 0n, max: (1n << bits) - 1n }
+      : { min: -(1n << (bits - 1n)), max: (1n << (bits - 1n)) - 1n })
+  }
   return Object.freeze({
     name,
     byteSize,
@@ -57,6 +72,7 @@ function info (
     isUnsigned: flags.unsigned === true,
     isFloat: flags.float === true,
     isBigInt: flags.bigint === true,
+    integerRange,
     storage
   })
 }

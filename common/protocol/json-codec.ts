@@ -8,13 +8,33 @@
  * The functions here read bodies that are JSON only, so such a tensor can only be empty (`binary_data_size: 0`);
  * anything more is Triton's "expecting additional bytes" error.
  *
+ * Bodies are parsed from their bytes by json-body-parser.ts, which leaves each tensor's `data` array in place; its
+ * elements go straight from the body into the typed array (json-tensor-data.ts), number tokens read as written. So
+ * decoding a JSON request costs about its typed arrays in memory, not the 3-19x of its body that JSON.parse's JS
+ * values took (bench/json-memory.ts), and INT64/UINT64 values are exact over their whole range, in and out.
+ *
+ * Tensor `data` (json-tensor-data.ts has the rules):
+ * - Integer datatypes take numbers written as integers within the datatype's range, as Triton's RapidJSON does for
+ *   the integer/non-integer distinction: `1.0` and `1e2` are refused. INT64/UINT64 are exact (2^53 + 1, INT64 min,
+ *   UINT64 max all arrive as sent).
+ * - FP16, BF16, FP32, FP64 take any number, rounded to nearest; the bare tokens `NaN`, `Infinity` and `-Infinity`
+ *   (RapidJSON's, which our encoder writes) are taken and stored as such. The same tokens for an integer datatype
+ *   (or BOOL, or BYTES) are refused with a 400, as is any other non-number. Outside `data` the tokens are read as
+ *   the numbers they name (a parameter may be NaN), as RapidJSON reads them.
+ * - BOOL takes `true`/`false` only; 0 and 1 are refused, as Triton refuses them.
+ * - Every refusal is a 400 (PROTO_ERR_DATA_MISMATCH) naming the tensor, the element's index and its value as written.
+ *
  * Deliberate differences from Triton:
  * - Malformed JSON and every structural problem answer 400 (Triton answers 500 for anything its JSON helper rejects).
  * - FP16 and BF16 are accepted and produced in JSON as plain numbers (Triton refuses both directions).
- * - JSON numbers go through JS doubles, so `1.0` counts as the integer 1 (Triton rejects it for integer datatypes and
- *   shapes) and INT64/UINT64 values beyond 2^53 arrive rounded to the nearest double (Triton keeps all 64 bits); the
- *   literals for INT64 max and UINT64 max round to 2^63 / 2^64 and are clamped back to the maximum. Output integers,
- *   INT64/UINT64 included, are always printed exactly.
+ * - A value outside its integer datatype's range is refused (300 for UINT8, 2^31 for INT32, -1 for any unsigned
+ *   type); Triton casts it to the element width (300 → 44), silently. A finite number that rounds to infinity in its
+ *   float datatype (1e39 for FP32, 70000 for FP16; 1e400 for any) is refused; Triton's cast to float makes it
+ *   infinity (and its RapidJSON refuses 1e400 as malformed JSON, a 500).
+ * - Numbers outside `data` (shapes, parameters) are read as doubles, so `1.0` in a shape counts as 1 (Triton refuses
+ *   it there too).
+ * - The size limit of a JSON input tensor names our own setting (`maxInputBytesSetting`, by default the worker's
+ *   `--max-body-bytes`), not Triton's `--http-max-input-size`.
  * - Shared memory is not implemented; inputs that use it get a clear 400.
  */
 import { createError, type FlotillaError } from '../errors.ts'
@@ -23,11 +43,20 @@ import {
   allocateTensorData,
   bf16BitsToFloat32,
   elementCount,
-  float32ToBf16Bits,
-  float32ToFp16Bits,
   fp16BitsToFloat32,
   isDataType
 } from './datatypes.ts'
+import { PARSE_FAILED as NOT_PARSED, parseJsonBody } from './json-body-parser.ts'
+import {
+  DEFAULT_INPUT_LIMIT_SETTING,
+  DEFAULT_OUTPUT_LIMIT_SETTING,
+  type TensorKind,
+  checkedElementCount,
+  decodeTensorData,
+  describeValue,
+  jsonTypeName,
+  shapeString
+} from './json-tensor-data.ts'
 import {
   type DataType,
   type InferRequest,
@@ -42,12 +71,6 @@ import {
 /** Triton's `--http-max-input-size` default: the largest decoded JSON input tensor, in bytes (64 MiB). */
 export const DEFAULT_MAX_INPUT_BYTES = 64 * 1024 * 1024
 
-/**
- * `data` nested this many levels deep (the `data` array itself is level 1) is refused; Triton's limit is also 100
- * (`JSON nesting depth exceeds maximum allowed limit (100)`). The check also bounds the flattening recursion.
- */
-export const MAX_DATA_NESTING_DEPTH = 100
-
 /** Options for {@link decodeInferRequest}. */
 export interface DecodeInferRequestOptions {
   /**
@@ -55,6 +78,11 @@ export interface DecodeInferRequestOptions {
    * `binary_data_size`. Default 64 MiB.
    */
   maxInputBytes?: number
+  /**
+   * Where `maxInputBytes` is raised, named in the size errors (`... Use <setting> to increase the limit.`).
+   * Default: the worker's flag, `the worker flag --max-body-bytes`, which sets it there.
+   */
+  maxInputBytesSetting?: string
   /** The model the request is for, named in Triton's binary-data messages (`... for model '<m>'`); left out when unset. */
   modelName?: string
 }
@@ -83,12 +111,6 @@ function isJsonObject (v: unknown): v is JsonObject {
   return typeof v === 'object' && v !== null && !Array.isArray(v)
 }
 
-function jsonTypeName (v: unknown): string {
-  if (v === null) return 'null'
-  if (Array.isArray(v)) return 'array'
-  return typeof v
-}
-
 function invalidRequest (message: string): FlotillaError {
   return createError('PROTO_ERR_INVALID_REQUEST', message)
 }
@@ -101,8 +123,21 @@ function binaryDataError (message: string): FlotillaError {
   return createError('PROTO_ERR_BINARY_DATA', message)
 }
 
-function parseBody (body: Buffer | string): unknown {
-  const text = typeof body === 'string' ? body : body.toString('utf8')
+/**
+ * The document in `body`. json-body-parser.ts reads it from its bytes and leaves the tensors' `data` arrays in place
+ * (the codec reads them straight into typed arrays, and reads 64-bit integers exactly); a body it does not take
+ * (malformed, or nested beyond its depth limit) goes to {@link parseBody}, whose verdict and messages are JSON.parse's.
+ */
+function parseDocument (body: Uint8Array | string): unknown {
+  const bytes = typeof body === 'string'
+    ? Buffer.from(body, 'utf8')
+    : Buffer.isBuffer(body) ? body : Buffer.from(body.buffer, body.byteOffset, body.byteLength)
+  const root = parseJsonBody(bytes)
+  return root !== NOT_PARSED ? root : parseBody(body)
+}
+
+function parseBody (body: Uint8Array | string): unknown {
+  const text = typeof body === 'string' ? body : Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8')
   try {
     return JSON.parse(text)
   } catch (err) {
@@ -335,21 +370,6 @@ function decodeShape (obj: JsonObject): number[] {
   return shape
 }
 
-function shapeString (shape: readonly number[]): string {
-  return `[${shape.join(',')}]`
-}
-
-/** A short, safe rendering of a JSON value for error messages. */
-function describeValue (v: unknown): string {
-  if (typeof v === 'string') {
-    const quoted = JSON.stringify(v.length > 40 ? `${v.slice(0, 40)}...` : v)
-    return `string ${quoted}`
-  }
-  if (typeof v === 'number') return Object.is(v, -0) ? '-0' : String(v)
-  if (typeof v === 'boolean' || v === null) return String(v)
-  return jsonTypeName(v) === 'array' ? 'an array' : 'an object'
-}
-
 /**
  * Checks which data source a tensor names and that it is one Flotilla supports (http_server.cc
  * ValidateInputContentType, plus shared memory, which we refuse). True when its bytes are in the binary section.
@@ -383,231 +403,7 @@ function checkInputContentType (
   return hasBinary
 }
 
-// ---------------------------------------------------------------------------------------------------------------
-// Tensor data: JSON leaves to typed storage
-
-const TWO_POW_63 = 2 ** 63
-const TWO_POW_64 = 2 ** 64
-const INT64_MAX = 0x7fffffffffffffffn
-const UINT64_MAX = 0xffffffffffffffffn
-const utf8Encoder = new TextEncoder()
 const utf8Decoder = new TextDecoder('utf-8')
-
-/** Which side of the exchange a tensor is on, for messages. */
-export type TensorKind = 'input' | 'output'
-
-/** What leaf-conversion errors need to name. */
-interface LeafContext {
-  readonly name: string
-  readonly kind: TensorKind
-  readonly datatype: DataType
-}
-
-/** Flattens nested `data` row-major, refusing nesting at or beyond {@link MAX_DATA_NESTING_DEPTH}. */
-function flattenData (data: unknown[], name: string, kind: TensorKind): unknown[] {
-  // Flat data (the common case, and what our own encoder sends) is used as is, without a copy.
-  let flat = true
-  for (let i = 0; i < data.length; i++) {
-    if (Array.isArray(data[i])) { flat = false; break }
-  }
-  if (flat) return data
-  const out: unknown[] = []
-  appendLeaves(data, out, 1, name, kind)
-  return out
-}
-
-function appendLeaves (arr: unknown[], out: unknown[], depth: number, name: string, kind: TensorKind): void {
-  if (depth >= MAX_DATA_NESTING_DEPTH) {
-    throw invalidRequest(
-      `Unable to parse 'data' for ${kind} '${name}': JSON nesting depth exceeds maximum allowed limit ` +
-      `(${MAX_DATA_NESTING_DEPTH})`
-    )
-  }
-  for (let i = 0; i < arr.length; i++) {
-    const v = arr[i]
-    if (Array.isArray(v)) appendLeaves(v, out, depth + 1, name, kind)
-    else out.push(v)
-  }
-}
-
-function leafError (
-  ctx: LeafContext, index: number, value: unknown, expected: string
-): FlotillaError {
-  return dataMismatch(
-    `Unable to parse 'data' for ${ctx.kind} '${ctx.name}': ${ctx.datatype} element at index ${index} must be ${expected}, ` +
-    `got ${describeValue(value)}`
-  )
-}
-
-function byteSizeError (name: string, kind: TensorKind, byteSize: number, maxBytes: number): FlotillaError {
-  return invalidRequest(
-    `JSON ${kind} '${name}' has a byte_size (${byteSize} bytes) that exceeds the maximum allowed value of ` +
-    `${maxBytes} bytes. Use --http-max-input-size to increase the limit.`
-  )
-}
-
-/** The element count `shape` describes; a 400 when it is beyond what a double counts exactly. */
-function checkedElementCount (name: string, kind: TensorKind, shape: readonly number[]): number {
-  const count = elementCount(shape)
-  if (count > Number.MAX_SAFE_INTEGER) {
-    throw invalidRequest(
-      `invalid shape for ${kind} '${name}': shape ${shapeString(shape)} causes total element count to exceed ` +
-      `maximum size of ${Number.MAX_SAFE_INTEGER}`
-    )
-  }
-  return count
-}
-
-/**
- * Converts a tensor's JSON `data` (flat or nested) to typed storage, checking the leaf count against `shape` and each
- * leaf against the datatype's rules (triton-behaviour.md §1.7). Integer leaves are cast with truncation as Triton's C
- * casts do (300 → 44 for UINT8); the typed-array stores perform exactly that modular reduction.
- * Exported for binary-codec.ts, which turns a JSON output into raw bytes for the gateway.
- */
-export function decodeTensorData (
-  name: string, kind: TensorKind, datatype: DataType, shape: readonly number[], data: unknown, maxBytes: number
-): TensorData {
-  if (!Array.isArray(data)) {
-    throw invalidRequest("Unable to parse 'data': attempt to access JSON non-array as array")
-  }
-  const count = checkedElementCount(name, kind, shape)
-  const elementSize = DATATYPES[datatype].byteSize
-  if (elementSize !== 0 && count * elementSize > maxBytes) throw byteSizeError(name, kind, count * elementSize, maxBytes)
-  // Triton reads nothing for a zero-element tensor, whatever 'data' holds.
-  if (count === 0) return allocateTensorData(datatype, 0)
-
-  const leaves = flattenData(data, name, kind)
-  if (leaves.length < count) {
-    throw dataMismatch(
-      "Failed to parse 'data' field: shape does not match true shape " +
-      `(${kind} '${name}', shape ${shapeString(shape)}: expected ${count} elements, got ${leaves.length})`
-    )
-  }
-  if (leaves.length > count) {
-    throw dataMismatch(
-      "Unable to parse 'data': Shape does not match true shape of 'data' field " +
-      `(${kind} '${name}', shape ${shapeString(shape)}: expected ${count} elements, got ${leaves.length})`
-    )
-  }
-  return convertLeaves({ name, kind, datatype }, leaves, maxBytes)
-}
-
-// One tight loop per storage kind: the datatype switch runs once per tensor, not once per element.
-function convertLeaves (ctx: LeafContext, leaves: unknown[], maxBytes: number): TensorData {
-  const n = leaves.length
-  switch (ctx.datatype) {
-    case 'BOOL': {
-      const out = new Uint8Array(n)
-      for (let i = 0; i < n; i++) {
-        const v = leaves[i]
-        if (v === true) out[i] = 1
-        else if (v !== false) throw leafError(ctx, i, v, 'true or false')
-      }
-      return out
-    }
-    case 'UINT8': return fillUnsigned(new Uint8Array(n), ctx, leaves)
-    case 'UINT16': return fillUnsigned(new Uint16Array(n), ctx, leaves)
-    case 'UINT32': return fillUnsigned(new Uint32Array(n), ctx, leaves)
-    case 'INT8': return fillSigned(new Int8Array(n), ctx, leaves)
-    case 'INT16': return fillSigned(new Int16Array(n), ctx, leaves)
-    case 'INT32': return fillSigned(new Int32Array(n), ctx, leaves)
-    case 'UINT64': {
-      const out = new BigUint64Array(n)
-      for (let i = 0; i < n; i++) {
-        const v = leaves[i]
-        if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > TWO_POW_64) {
-          throw leafError(ctx, i, v, 'a non-negative integer below 2^64')
-        }
-        // 2^64 is what the literal 18446744073709551615 (UINT64 max) becomes as a double.
-        out[i] = v === TWO_POW_64 ? UINT64_MAX : BigInt(v)
-      }
-      return out
-    }
-    case 'INT64': {
-      const out = new BigInt64Array(n)
-      for (let i = 0; i < n; i++) {
-        const v = leaves[i]
-        if (typeof v !== 'number' || !Number.isInteger(v) || v < -TWO_POW_63 || v > TWO_POW_63) {
-          throw leafError(ctx, i, v, 'an integer in the INT64 range')
-        }
-        // 2^63 is what the literal 9223372036854775807 (INT64 max) becomes as a double.
-        out[i] = v === TWO_POW_63 ? INT64_MAX : BigInt(v)
-      }
-      return out
-    }
-    case 'FP32': {
-      const out = new Float32Array(n)
-      for (let i = 0; i < n; i++) {
-        const v = leaves[i]
-        if (typeof v !== 'number') throw leafError(ctx, i, v, 'a number')
-        out[i] = v
-      }
-      return out
-    }
-    case 'FP64': {
-      const out = new Float64Array(n)
-      for (let i = 0; i < n; i++) {
-        const v = leaves[i]
-        if (typeof v !== 'number') throw leafError(ctx, i, v, 'a number')
-        out[i] = v
-      }
-      return out
-    }
-    case 'FP16':
-    case 'BF16': {
-      const out = new Uint16Array(n)
-      const fp16 = ctx.datatype === 'FP16'
-      for (let i = 0; i < n; i++) {
-        const v = leaves[i]
-        if (typeof v !== 'number') throw leafError(ctx, i, v, 'a number')
-        out[i] = fp16 ? float32ToFp16Bits(v) : float32ToBf16Bits(v)
-      }
-      return out
-    }
-    case 'BYTES': {
-      const out = new Array<Uint8Array>(n)
-      let byteSize = 0
-      for (let i = 0; i < n; i++) {
-        const v = leaves[i]
-        if (typeof v !== 'string') throw leafError(ctx, i, v, 'a string')
-        const bytes = utf8Encoder.encode(v)
-        // Triton sizes BYTES tensors with a 4-byte length prefix per element.
-        byteSize += 4 + bytes.length
-        if (byteSize > maxBytes) throw byteSizeError(ctx.name, ctx.kind, byteSize, maxBytes)
-        out[i] = bytes
-      }
-      return out
-    }
-  }
-}
-
-function fillUnsigned<T extends Uint8Array | Uint16Array | Uint32Array> (
-  out: T, ctx: LeafContext, leaves: unknown[]
-): T {
-  for (let i = 0; i < leaves.length; i++) {
-    const v = leaves[i]
-    // Any value a uint64 holds is accepted and truncated to the element width, like Triton's C cast.
-    if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > TWO_POW_64) {
-      throw leafError(ctx, i, v, 'a non-negative integer')
-    }
-    out[i] = v
-  }
-  return out
-}
-
-function fillSigned<T extends Int8Array | Int16Array | Int32Array> (
-  out: T, ctx: LeafContext, leaves: unknown[]
-): T {
-  for (let i = 0; i < leaves.length; i++) {
-    const v = leaves[i]
-    // Any value an int64 holds is accepted and truncated to the element width, like Triton's C cast.
-    if (typeof v !== 'number' || !Number.isInteger(v) || v < -TWO_POW_63 || v > TWO_POW_63) {
-      throw leafError(ctx, i, v, 'an integer')
-    }
-    out[i] = v
-  }
-  return out
-}
 
 // ---------------------------------------------------------------------------------------------------------------
 // Tensor objects, and the hook for the binary tensor data extension (binary-codec.ts supplies the bytes)
@@ -755,6 +551,8 @@ const NO_BINARY_DATA: BinarySection = {
 interface ElementContext {
   readonly kind: TensorKind
   readonly maxBytes: number
+  /** Where `maxBytes` is raised, named in the size errors. */
+  readonly limitSetting: string
   readonly prefix: string
   readonly modelName: string | undefined
   readonly section: BinarySection
@@ -766,14 +564,14 @@ function tensorFromHeader (header: TensorHeader, ctx: ElementContext): Tensor {
   if (!isDataType(datatype)) throw createError('PROTO_ERR_INVALID_DATATYPE', name)
   let data: TensorData
   if (header.binaryDataSize === undefined) {
-    data = decodeTensorData(name, ctx.kind, datatype, shape, header.data, ctx.maxBytes)
+    data = decodeTensorData(name, ctx.kind, datatype, shape, header.data, ctx.maxBytes, ctx.limitSetting)
   } else {
     const count = checkedElementCount(name, ctx.kind, shape)
     const byteSize = header.binaryDataSize
     if (byteSize > ctx.maxBytes) {
       throw invalidRequest(
         `binary ${ctx.kind} '${name}' has a byte_size (${byteSize} bytes) that exceeds the maximum allowed value of ` +
-        `${ctx.maxBytes} bytes. Use --http-max-input-size to increase the limit.`
+        `${ctx.maxBytes} bytes. Use ${ctx.limitSetting} to increase the limit.`
       )
     }
     data = ctx.section.read(
@@ -815,9 +613,9 @@ function requireRootObject (root: unknown, what: string): JsonObject {
  * {@link decodeInferRequest} (JSON only) and binary-codec.ts (JSON + binary).
  */
 export function decodeInferRequestJson (
-  body: Buffer | string, options: DecodeInferRequestOptions, section: BinarySection
+  body: Uint8Array | string, options: DecodeInferRequestOptions, section: BinarySection
 ): InferRequest {
-  const root = requireRootObject(parseBody(body), 'request')
+  const root = requireRootObject(parseDocument(body), 'request')
 
   // Triton's parse order: id, parameters, inputs, outputs.
   let id: string | undefined
@@ -828,7 +626,12 @@ export function decodeInferRequestJson (
   const rawInputs = requireArray(root, 'inputs')
   const inputs = new Array<Tensor>(rawInputs.length)
   const ctx: ElementContext = {
-    kind: 'input', maxBytes: options.maxInputBytes ?? DEFAULT_MAX_INPUT_BYTES, prefix, modelName: options.modelName, section
+    kind: 'input',
+    maxBytes: options.maxInputBytes ?? DEFAULT_MAX_INPUT_BYTES,
+    limitSetting: options.maxInputBytesSetting ?? DEFAULT_INPUT_LIMIT_SETTING,
+    prefix,
+    modelName: options.modelName,
+    section
   }
   const seen = new Set<string>()
   const duplicate = (name: string): string => `${prefix}input '${name}' already exists in request`
@@ -851,7 +654,7 @@ export function decodeInferRequestJson (
  * Throws PROTO_ERR_INVALID_JSON, PROTO_ERR_INVALID_REQUEST, PROTO_ERR_INVALID_DATATYPE, PROTO_ERR_DATA_MISMATCH or
  * PROTO_ERR_BINARY_DATA.
  */
-export function decodeInferRequest (body: Buffer | string, options: DecodeInferRequestOptions = {}): InferRequest {
+export function decodeInferRequest (body: Uint8Array | string, options: DecodeInferRequestOptions = {}): InferRequest {
   return decodeInferRequestJson(body, options, NO_BINARY_DATA)
 }
 
@@ -869,9 +672,9 @@ export interface ResponseEnvelope<T> {
  * Building block for {@link decodeInferResponse} and binary-codec.ts (typed or raw outputs).
  */
 export function decodeResponseEnvelope<T> (
-  body: Buffer | string, decodeOutput: (header: TensorHeader) => T
+  body: Uint8Array | string, decodeOutput: (header: TensorHeader) => T
 ): ResponseEnvelope<T> {
-  const root = requireRootObject(parseBody(body), 'response')
+  const root = requireRootObject(parseDocument(body), 'response')
   let id: string | undefined
   if (Object.hasOwn(root, 'id')) id = requireString(root, 'id')
   const modelName = requireString(root, 'model_name')
@@ -895,10 +698,15 @@ export function decodeResponseEnvelope<T> (
  * {@link decodeInferResponse} (JSON only) and binary-codec.ts (JSON + binary).
  */
 export function decodeInferResponseJson (
-  body: Buffer | string, options: DecodeInferResponseOptions, section: BinarySection
+  body: Uint8Array | string, options: DecodeInferResponseOptions, section: BinarySection
 ): InferResponse {
   const ctx: ElementContext = {
-    kind: 'output', maxBytes: options.maxOutputBytes ?? Number.POSITIVE_INFINITY, prefix: '', modelName: undefined, section
+    kind: 'output',
+    maxBytes: options.maxOutputBytes ?? Number.POSITIVE_INFINITY,
+    limitSetting: DEFAULT_OUTPUT_LIMIT_SETTING,
+    prefix: '',
+    modelName: undefined,
+    section
   }
   const response: InferResponse = decodeResponseEnvelope(body, (header) => tensorFromHeader(header, ctx))
   section.end()
@@ -909,7 +717,7 @@ export function decodeInferResponseJson (
  * Decodes a KServe v2 inference response body that is JSON only, as {@link encodeInferResponse} (or Triton, for JSON
  * outputs) writes it. Used by the gateway and tests; errors use the same PROTO_* codes as request decoding.
  */
-export function decodeInferResponse (body: Buffer | string, options: DecodeInferResponseOptions = {}): InferResponse {
+export function decodeInferResponse (body: Uint8Array | string, options: DecodeInferResponseOptions = {}): InferResponse {
   return decodeInferResponseJson(body, options, NO_BINARY_DATA)
 }
 

@@ -42,7 +42,8 @@ const SMOKE: Record<string, Smoke> = {
   },
   protocol: {
     env: { BENCH_CASES: 'simple,upstream', BENCH_TARGETS: 'gateway', BENCH_DURATION_S: '1', BENCH_WARMUP_S: '0', BENCH_ROUNDS: '1', BENCH_SIMPLE_RATE: '50', BENCH_UPSTREAM_N: '20' }
-  }
+  },
+  'json-memory': { env: { BENCH_SIZES_KIB: '256', BENCH_CASES: 'FP32-pixels,BYTES', BENCH_FORMS: 'json,binary' } }
 }
 
 /** Modules of the benches above, not benches themselves (open-loop is routing-quality's load generator). */

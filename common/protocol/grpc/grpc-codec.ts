@@ -16,7 +16,11 @@
  *
  * Deliberate differences from Triton:
  * - int64/uint64 parameter values beyond ±(2^53 − 1) are refused (Flotilla's parameters are JavaScript numbers);
- *   Triton keeps all 64 bits. Send such a value as a string_param.
+ *   Triton keeps all 64 bits. Send such a value as a string_param. (int64_contents and uint64_contents elements stay
+ *   exact: protobufjs's reader hands them over as numbers or bigints, never rounded, see grpc-service.ts.)
+ * - An integer `contents` element the tensor's datatype cannot hold (int_contents carries 32-bit values, so 300 for
+ *   INT8, or -1 in uint_contents for UINT16) is refused with a 400 naming the tensor, the index and the value; Triton
+ *   keeps its low bits. The JSON codec refuses such values the same way.
  * - Shared memory is not supported: an input or output naming 'shared_memory_region' is refused with a 400.
  * - A datatype that is not a protocol name is refused while decoding (Triton refuses it later, in its core).
  * - raw_input_contents entries beyond those the inputs use are ignored, as Triton ignores them.
@@ -351,23 +355,69 @@ function contentsField (
   return found
 }
 
-function int64Array<T extends BigInt64Array | BigUint64Array> (out: T, values: ArrayLike<Int64>): T {
+/**
+ * The message for a contents element the tensor's datatype cannot hold: int_contents carries 32-bit values for INT8
+ * and INT16 (uint_contents for UINT8 and UINT16), and hand-built messages may hold any number. Triton keeps the low
+ * bits; we refuse, as the JSON codec refuses such values.
+ */
+function contentsRangeError (
+  ctx: TensorContext, field: ContentsField, datatype: DataType, index: number, value: unknown
+): FlotillaError {
+  const range = DATATYPES[datatype].integerRange
+  const holds = range === undefined ? '' : `: ${datatype} holds integers in [${range.min}, ${range.max}]`
+  return invalid(
+    `invalid value ${String(value)} at index ${index} of ${field} for ${ctx.kind} tensor '${ctx.name}' for model ` +
+    `'${ctx.modelName}'${holds}`
+  )
+}
+
+/** Up-to-32-bit integer contents, each checked against the datatype's range (numbers from the message). */
+function integerArray<T extends Int8Array | Int16Array | Int32Array | Uint8Array | Uint16Array | Uint32Array> (
+  out: T, values: ArrayLike<number>, datatype: DataType, field: ContentsField, ctx: TensorContext
+): T {
+  const range = DATATYPES[datatype].integerRange
+  /* c8 ignore next */
+  if (range === undefined) throw internal(`${datatype} is not an integer datatype`)
+  const min = Number(range.min)
+  const max = Number(range.max)
   for (let i = 0; i < values.length; i++) {
-    const v = values[i] as Int64
-    out[i] = typeof v === 'bigint' ? v : BigInt(v)
+    const v = values[i] as number
+    // Integer-valued and in range; NaN fails both comparisons.
+    if (!(v >= min && v <= max) || v !== Math.trunc(v)) throw contentsRangeError(ctx, field, datatype, i, v)
+    out[i] = v
   }
   return out
 }
 
 /**
- * Contents as typed storage. INT8/INT16 (UINT8/UINT16) keep the low bits of each 32-bit element, as Triton's
- * frontend does on its little-endian hosts; the typed-array constructors perform exactly that truncation.
+ * int64/uint64 contents: exact as decoded (number or bigint, messages.ts), checked against the datatype's range, which
+ * only a hand-built message can leave (a BigInt64Array store would wrap silently).
+ */
+function int64Array<T extends BigInt64Array | BigUint64Array> (
+  out: T, values: ArrayLike<Int64>, datatype: DataType, field: ContentsField, ctx: TensorContext
+): T {
+  const range = DATATYPES[datatype].integerRange
+  /* c8 ignore next */
+  if (range === undefined) throw internal(`${datatype} is not an integer datatype`)
+  for (let i = 0; i < values.length; i++) {
+    const v = values[i] as Int64
+    if (typeof v !== 'bigint' && !Number.isInteger(v)) throw contentsRangeError(ctx, field, datatype, i, v)
+    const big = typeof v === 'bigint' ? v : BigInt(v)
+    if (big < range.min || big > range.max) throw contentsRangeError(ctx, field, datatype, i, v)
+    out[i] = big
+  }
+  return out
+}
+
+/**
+ * Contents as typed storage. Integer elements must fit the tensor's datatype (see {@link contentsRangeError}).
  */
 function contentsToData (
-  datatype: DataType, contents: InferTensorContentsMessage, field: ContentsField | undefined
+  datatype: DataType, contents: InferTensorContentsMessage, field: ContentsField | undefined, ctx: TensorContext
 ): TensorData {
   if (field === undefined) return allocateTensorData(datatype, 0)
   const values = contents[field] as ArrayLike<never>
+  const n = values.length
   switch (datatype) {
     case 'BOOL': {
       const bools = values as ArrayLike<boolean | number>
@@ -375,14 +425,14 @@ function contentsToData (
       for (let i = 0; i < bools.length; i++) out[i] = bools[i] === true || bools[i] === 1 ? 1 : 0
       return out
     }
-    case 'INT8': return new Int8Array(values as ArrayLike<number>)
-    case 'INT16': return new Int16Array(values as ArrayLike<number>)
-    case 'INT32': return new Int32Array(values as ArrayLike<number>)
-    case 'UINT8': return new Uint8Array(values as ArrayLike<number>)
-    case 'UINT16': return new Uint16Array(values as ArrayLike<number>)
-    case 'UINT32': return new Uint32Array(values as ArrayLike<number>)
-    case 'INT64': return int64Array(new BigInt64Array(values.length), values as ArrayLike<Int64>)
-    case 'UINT64': return int64Array(new BigUint64Array(values.length), values as ArrayLike<Int64>)
+    case 'INT8': return integerArray(new Int8Array(n), values, datatype, field, ctx)
+    case 'INT16': return integerArray(new Int16Array(n), values, datatype, field, ctx)
+    case 'INT32': return integerArray(new Int32Array(n), values, datatype, field, ctx)
+    case 'UINT8': return integerArray(new Uint8Array(n), values, datatype, field, ctx)
+    case 'UINT16': return integerArray(new Uint16Array(n), values, datatype, field, ctx)
+    case 'UINT32': return integerArray(new Uint32Array(n), values, datatype, field, ctx)
+    case 'INT64': return int64Array(new BigInt64Array(n), values as ArrayLike<Int64>, datatype, field, ctx)
+    case 'UINT64': return int64Array(new BigUint64Array(n), values as ArrayLike<Int64>, datatype, field, ctx)
     case 'FP32': return new Float32Array(values as ArrayLike<number>)
     case 'FP64': return new Float64Array(values as ArrayLike<number>)
     case 'BYTES': {
@@ -414,7 +464,7 @@ function fromContents (
     throw length < count ? tooFewStrings(ctx, count, length) : tooManyStrings(ctx, count)
   }
   if (size !== 0) checkMaxBytes(ctx, length * size, maxBytes)
-  const data = contentsToData(datatype, contents, field)
+  const data = contentsToData(datatype, contents, field, ctx)
   if (size === 0) {
     let total = 0
     for (const e of data as Uint8Array[]) total += 4 + e.length
@@ -617,9 +667,10 @@ export function modelInferRequestToRaw (msg: ModelInferRequestMessage): DecodedM
     const datatype = input.datatype ?? ''
     let raw: Uint8Array
     if (source.contents !== null) {
-      const field = contentsField(source.contents, datatype, { name, kind: 'input', modelName, prefix })
+      const ctx: TensorContext = { name, kind: 'input', modelName, prefix }
+      const field = contentsField(source.contents, datatype, ctx)
       // A matched field implies a protocol datatype; no field means no elements.
-      raw = field === undefined ? EMPTY_BYTES : rawBytes(contentsToData(datatype as DataType, source.contents, field))
+      raw = field === undefined ? EMPTY_BYTES : rawBytes(contentsToData(datatype as DataType, source.contents, field, ctx))
     } else {
       raw = source.raw
     }

@@ -335,12 +335,12 @@ t.test('framing errors: Triton\'s texts, naming the input and what was expected'
   const big = body({ inputs: [F(8)] }, [eight])
   fails(t, () => decodeHttpInferRequest(big.body, big.headerLength, { maxInputBytes: 7 }), 'PROTO_ERR_INVALID_REQUEST',
     "binary input 'F' has a byte_size (8 bytes) that exceeds the maximum allowed value of 7 bytes. " +
-    'Use --http-max-input-size to increase the limit.', 'maxInputBytes applies to binary inputs')
+    'Use the worker flag --max-body-bytes to increase the limit.', 'maxInputBytes applies to binary inputs')
   t.equal(decodeHttpInferRequest(big.body, big.headerLength, { maxInputBytes: 8 }).inputs.length, 1, 'at the limit is fine')
   const huge = body({ inputs: [{ name: 'F', datatype: 'FP32', shape: [2], parameters: { binary_data_size: 2 ** 40 } }] }, [eight])
   fails(t, () => decodeHttpInferRequest(huge.body, huge.headerLength), 'PROTO_ERR_INVALID_REQUEST',
     "binary input 'F' has a byte_size (1099511627776 bytes) that exceeds the maximum allowed value of 67108864 bytes. " +
-    'Use --http-max-input-size to increase the limit.', 'the limit is checked before the body')
+    'Use the worker flag --max-body-bytes to increase the limit.', 'the limit is checked before the body')
   const shape = body({ inputs: [{ name: 'F', datatype: 'FP32', shape: [2 ** 30, 2 ** 30, 2 ** 30], parameters: { binary_data_size: 8 } }] }, [eight])
   fails(t, () => decodeHttpInferRequest(shape.body, shape.headerLength), 'PROTO_ERR_INVALID_REQUEST',
     "invalid shape for input 'F': shape [1073741824,1073741824,1073741824] causes total element count to exceed " +
@@ -533,7 +533,7 @@ t.test('decodeHttpInferResponse: framing errors name the output', async t => {
     "output byte size mismatch for output 'O'. Expected 8, got 4 (shape [2] of INT32 is 2 elements of 4 bytes)")
   fails(t, () => decodeHttpInferResponse(mismatch.body, mismatch.headerLength, { maxOutputBytes: 3 }), 'PROTO_ERR_INVALID_REQUEST',
     "binary output 'O' has a byte_size (4 bytes) that exceeds the maximum allowed value of 3 bytes. " +
-    'Use --http-max-input-size to increase the limit.')
+    'Use the decode option maxOutputBytes to increase the limit.')
   fails(t, () => decodeHttpInferResponse(mismatch.body, mismatch.body.length + 1), 'PROTO_ERR_BINARY_DATA',
     `inference header size should be in range (0, ${mismatch.body.length}), got: ${mismatch.body.length + 1}`)
   const json = decodeHttpInferResponse(Buffer.from(encodeInferResponse(allDatatypesResponse())), undefined)
@@ -722,7 +722,7 @@ t.test('decodeRawBinaryRequest', async t => {
   }
   fails(t, () => decodeRawBinaryRequest(raw, { name: 'IN', datatype: 'FP32', dims: [-1] }, false, 'm', { maxInputBytes: 20 }),
     'PROTO_ERR_INVALID_REQUEST',
-    'Raw input has a byte_size (24 bytes) that exceeds the maximum allowed value of 20 bytes. Use --http-max-input-size to increase the limit.')
+    'Raw input has a byte_size (24 bytes) that exceeds the maximum allowed value of 20 bytes. Use the worker flag --max-body-bytes to increase the limit.')
   fails(t, () => { throw rawRequestInputCountError(3, 'm') }, 'PROTO_ERR_INVALID_REQUEST',
     "Raw request must only have 1 input (found 1) to be deduced but got 3 inputs in 'm' model configuration")
 

@@ -56,6 +56,27 @@ t.test('integer / unsigned / float flags', async t => {
   t.notOk(DATATYPES.BYTES.isInteger || DATATYPES.BYTES.isFloat, 'BYTES is neither integer nor float')
 })
 
+t.test('integer ranges, exact at both ends', async t => {
+  const ranges = Object.fromEntries(DATATYPE_NAMES.map(n => [n, DATATYPES[n].integerRange]))
+  t.same(ranges, {
+    BOOL: undefined,
+    UINT8: { min: 0n, max: 255n },
+    UINT16: { min: 0n, max: 65535n },
+    UINT32: { min: 0n, max: 4294967295n },
+    UINT64: { min: 0n, max: 18446744073709551615n },
+    INT8: { min: -128n, max: 127n },
+    INT16: { min: -32768n, max: 32767n },
+    INT32: { min: -2147483648n, max: 2147483647n },
+    INT64: { min: -9223372036854775808n, max: 9223372036854775807n },
+    FP16: undefined,
+    FP32: undefined,
+    FP64: undefined,
+    BYTES: undefined,
+    BF16: undefined
+  })
+  t.ok(Object.isFrozen(DATATYPES.INT8.integerRange), 'frozen')
+})
+
 t.test('isDataType is case-sensitive and ignores inherited names', async t => {
   for (const name of DATATYPE_NAMES) t.ok(isDataType(name), name)
   for (const bad of ['fp32', 'Fp32', 'STRING', 'TYPE_FP32', '', 'constructor', 'toString', '__proto__', 'INT128']) {

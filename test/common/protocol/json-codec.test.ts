@@ -45,11 +45,11 @@ const utf8 = (s: string): Uint8Array => new TextEncoder().encode(s)
 t.test('every datatype decodes to its storage and encodes back', async t => {
   const cases: Array<{ datatype: string, data: unknown[], ctor: unknown, stored: unknown[], encoded: string }> = [
     { datatype: 'BOOL', data: [true, false, true], ctor: Uint8Array, stored: [1, 0, 1], encoded: 'true,false,true' },
-    { datatype: 'UINT8', data: [0, 255, 300], ctor: Uint8Array, stored: [0, 255, 44], encoded: '0,255,44' },
-    { datatype: 'UINT16', data: [65535, 65536, 7], ctor: Uint16Array, stored: [65535, 0, 7], encoded: '65535,0,7' },
+    { datatype: 'UINT8', data: [0, 255, 44], ctor: Uint8Array, stored: [0, 255, 44], encoded: '0,255,44' },
+    { datatype: 'UINT16', data: [65535, 0, 7], ctor: Uint16Array, stored: [65535, 0, 7], encoded: '65535,0,7' },
     {
       datatype: 'UINT32',
-      data: [4294967295, 4294967301, 1],
+      data: [4294967295, 5, 1],
       ctor: Uint32Array,
       stored: [4294967295, 5, 1],
       encoded: '4294967295,5,1'
@@ -61,17 +61,17 @@ t.test('every datatype decodes to its storage and encodes back', async t => {
       stored: [0n, 9007199254740991n, 42n],
       encoded: '0,9007199254740991,42'
     },
-    { datatype: 'INT8', data: [-128, 127, 128], ctor: Int8Array, stored: [-128, 127, -128], encoded: '-128,127,-128' },
+    { datatype: 'INT8', data: [-128, 127, -1], ctor: Int8Array, stored: [-128, 127, -1], encoded: '-128,127,-1' },
     {
       datatype: 'INT16',
-      data: [-32768, 32767, 32768],
+      data: [-32768, 32767, 0],
       ctor: Int16Array,
-      stored: [-32768, 32767, -32768],
-      encoded: '-32768,32767,-32768'
+      stored: [-32768, 32767, 0],
+      encoded: '-32768,32767,0'
     },
     {
       datatype: 'INT32',
-      data: [-1, 2147483647, 2147483648],
+      data: [-1, 2147483647, -2147483648],
       ctor: Int32Array,
       stored: [-1, 2147483647, -2147483648],
       encoded: '-1,2147483647,-2147483648'
@@ -178,16 +178,19 @@ t.test('per-datatype leaf rules', async t => {
     ['BOOL', [true, 1], 'BOOL element at index 1 must be true or false, got 1'],
     ['BOOL', ['true'], 'BOOL element at index 0 must be true or false, got string "true"'],
     ['BOOL', [null], 'BOOL element at index 0 must be true or false, got null'],
-    ['UINT8', [1, -1], 'UINT8 element at index 1 must be a non-negative integer, got -1'],
-    ['UINT32', [1.5], 'UINT32 element at index 0 must be a non-negative integer, got 1.5'],
-    ['UINT16', [true], 'UINT16 element at index 0 must be a non-negative integer, got true'],
-    ['UINT64', [2 ** 65], 'UINT64 element at index 0 must be a non-negative integer below 2^64, got 36893488147419103000'],
-    ['UINT64', [-5], 'UINT64 element at index 0 must be a non-negative integer below 2^64, got -5'],
-    ['INT32', [1, 2, 1.5], 'INT32 element at index 2 must be an integer, got 1.5'],
-    ['INT32', ['3'], 'INT32 element at index 0 must be an integer, got string "3"'],
-    ['INT8', [{}], 'INT8 element at index 0 must be an integer, got an object'],
-    ['INT64', [2 ** 64], 'INT64 element at index 0 must be an integer in the INT64 range, got 18446744073709552000'],
-    ['INT64', [0.5], 'INT64 element at index 0 must be an integer in the INT64 range, got 0.5'],
+    ['UINT8', [1, -1], 'UINT8 element at index 1 must be an integer in [0, 255], got -1'],
+    ['UINT32', [1.5], 'UINT32 element at index 0 must be an integer in [0, 4294967295], got 1.5'],
+    ['UINT16', [true], 'UINT16 element at index 0 must be an integer in [0, 65535], got true'],
+    ['UINT64', [2 ** 65], 'UINT64 element at index 0 must be an integer in [0, 18446744073709551615], got 36893488147419103000'],
+    ['UINT64', [-5], 'UINT64 element at index 0 must be an integer in [0, 18446744073709551615], got -5'],
+    ['INT32', [1, 2, 1.5], 'INT32 element at index 2 must be an integer in [-2147483648, 2147483647], got 1.5'],
+    ['INT32', ['3'], 'INT32 element at index 0 must be an integer in [-2147483648, 2147483647], got string "3"'],
+    ['INT8', [{}], 'INT8 element at index 0 must be an integer in [-128, 127], got an object'],
+    ['INT8', [[1], [null]], 'INT8 element at index 1 must be an integer in [-128, 127], got null'],
+    ['INT64', [2 ** 64],
+      'INT64 element at index 0 must be an integer in [-9223372036854775808, 9223372036854775807], got 18446744073709552000'],
+    ['INT64', [0.5], 'INT64 element at index 0 must be an integer in [-9223372036854775808, 9223372036854775807], got 0.5'],
+    ['UINT64', ['x'], 'UINT64 element at index 0 must be an integer in [0, 18446744073709551615], got string "x"'],
     ['FP32', ['x'], 'FP32 element at index 0 must be a number, got string "x"'],
     ['FP64', [1, null], 'FP64 element at index 1 must be a number, got null'],
     ['FP16', [false], 'FP16 element at index 0 must be a number, got false'],
@@ -201,19 +204,184 @@ t.test('per-datatype leaf rules', async t => {
   }
   const long = 'x'.repeat(100)
   fails(t, () => decodeOne({ datatype: 'INT32', shape: [1], data: [long] }), 'PROTO_ERR_DATA_MISMATCH',
-    `${prefix}INT32 element at index 0 must be an integer, got string "${'x'.repeat(40)}..."`,
+    `${prefix}INT32 element at index 0 must be an integer in [-2147483648, 2147483647], got string "${'x'.repeat(40)}..."`,
     'long strings are cut short in messages')
 })
 
-t.test('64-bit integers: the limits that survive JSON doubles are stored exactly', async t => {
+/** A one-input request body whose `data` is written as given (number tokens as they are, not through doubles). */
+function rawDataBody (datatype: string, data: string, shape = `[${data.split(',').length}]`): string {
+  return `{"inputs":[{"name":"X","datatype":"${datatype}","shape":${shape},"data":[${data}]}]}`
+}
+
+const INTEGER_RANGES: Array<[string, bigint, bigint]> = [
+  ['INT8', -128n, 127n], ['INT16', -32768n, 32767n], ['INT32', -2147483648n, 2147483647n],
+  ['INT64', -9223372036854775808n, 9223372036854775807n],
+  ['UINT8', 0n, 255n], ['UINT16', 0n, 65535n], ['UINT32', 0n, 4294967295n], ['UINT64', 0n, 18446744073709551615n]
+]
+
+t.test('64-bit integers are exact: min, max and 2^53 + 1 through decode and encode', async t => {
   const text = '{"inputs":[' +
-    '{"name":"A","datatype":"INT64","shape":[3],"data":[9223372036854775807,-9223372036854775808,-1]},' +
-    '{"name":"B","datatype":"UINT64","shape":[2],"data":[18446744073709551615,4294967296]}]}'
+    '{"name":"A","datatype":"INT64","shape":[6],"data":[9223372036854775807,-9223372036854775808,9007199254740993,' +
+    '-9007199254740993,-1,1234567890123456789]},' +
+    '{"name":"B","datatype":"UINT64","shape":[2,2],"data":[[18446744073709551615,9007199254740993],[9223372036854775808,0]]}]}'
   const request = decodeInferRequest(text)
-  t.same(Array.from(request.inputs[0]?.data as BigInt64Array),
-    [9223372036854775807n, -9223372036854775808n, -1n], 'INT64 max (2^63 as a double) is clamped to INT64 max')
-  t.same(Array.from(request.inputs[1]?.data as BigUint64Array),
-    [18446744073709551615n, 4294967296n], 'UINT64 max (2^64 as a double) is clamped to UINT64 max')
+  const a = request.inputs[0]?.data as BigInt64Array
+  const b = request.inputs[1]?.data as BigUint64Array
+  t.same(Array.from(a), [9223372036854775807n, -9223372036854775808n, 9007199254740993n, -9007199254740993n, -1n,
+    1234567890123456789n], 'INT64: every value as sent')
+  t.same(Array.from(b), [18446744073709551615n, 9007199254740993n, 9223372036854775808n, 0n], 'UINT64: every value as sent')
+  t.equal(encodedData({ name: 'A', datatype: 'INT64', shape: [6], data: a }),
+    '9223372036854775807,-9223372036854775808,9007199254740993,-9007199254740993,-1,1234567890123456789', 'printed exactly')
+  t.equal(encodedData({ name: 'B', datatype: 'UINT64', shape: [4], data: b }),
+    '18446744073709551615,9007199254740993,9223372036854775808,0')
+
+  // encodeInferRequest -> decodeInferRequest keeps them too.
+  const round: InferRequest = {
+    parameters: {},
+    inputs: [
+      { name: 'I', datatype: 'INT64', shape: [4], data: new BigInt64Array([-(2n ** 63n), 2n ** 63n - 1n, 2n ** 53n + 1n, -(2n ** 53n) - 1n]) },
+      { name: 'U', datatype: 'UINT64', shape: [3], data: new BigUint64Array([2n ** 64n - 1n, 2n ** 53n + 1n, 2n ** 63n]) }
+    ]
+  }
+  t.same(decodeInferRequest(encodeInferRequest(round)), round, 'request round trip')
+  const response = decodeInferResponse(encodeInferResponse({ model_name: 'm', model_version: '1', outputs: round.inputs }))
+  t.same(response.outputs, round.inputs, 'response round trip')
+})
+
+t.test('integer datatypes: min and max are taken, min - 1 and max + 1 are a 400 naming the input and the value', async t => {
+  for (const [datatype, min, max] of INTEGER_RANGES) {
+    const ok = decodeInferRequest(rawDataBody(datatype, `${min},${max}`)).inputs[0]?.data as ArrayLike<number | bigint>
+    t.same(Array.from(ok).map(BigInt), [min, max], `${datatype} ends`)
+    for (const [index, value] of [[1, min - 1n], [1, max + 1n]] as const) {
+      fails(t, () => decodeInferRequest(rawDataBody(datatype, `0,${value}`)), 'PROTO_ERR_DATA_MISMATCH',
+        `Unable to parse 'data' for input 'X': ${datatype} element at index ${index} must be an integer in [${min}, ${max}], ` +
+        `got ${value}`, `${datatype} ${value}`)
+    }
+  }
+  // Far out of range, in both directions, and the message keeps long tokens short.
+  fails(t, () => decodeInferRequest(rawDataBody('INT32', '1' + '0'.repeat(60))), 'PROTO_ERR_DATA_MISMATCH',
+    "Unable to parse 'data' for input 'X': INT32 element at index 0 must be an integer in [-2147483648, 2147483647], " +
+    `got 1${'0'.repeat(39)}...`)
+  fails(t, () => decodeInferRequest(rawDataBody('UINT64', '-18446744073709551616')), 'PROTO_ERR_DATA_MISMATCH',
+    "Unable to parse 'data' for input 'X': UINT64 element at index 0 must be an integer in [0, 18446744073709551615], " +
+    'got -18446744073709551616')
+  fails(t, () => decodeInferRequest(rawDataBody('INT64', '100000000000000000000')), 'PROTO_ERR_DATA_MISMATCH',
+    "Unable to parse 'data' for input 'X': INT64 element at index 0 must be an integer in " +
+    '[-9223372036854775808, 9223372036854775807], got 100000000000000000000')
+  t.same(Array.from(decodeInferRequest(rawDataBody('UINT8', '-0')).inputs[0]?.data as Uint8Array), [0], '-0 is 0')
+  t.same(Array.from(decodeInferRequest(rawDataBody('UINT64', '-0')).inputs[0]?.data as BigUint64Array), [0n], '-0 is 0')
+  // Responses follow the same rules, naming the output.
+  fails(t, () => decodeInferResponse(
+    '{"model_name":"m","model_version":"1","outputs":[{"name":"O","datatype":"INT32","shape":[1],"data":[2147483648]}]}'
+  ), 'PROTO_ERR_DATA_MISMATCH',
+  "Unable to parse 'data' for output 'O': INT32 element at index 0 must be an integer in [-2147483648, 2147483647], " +
+  'got 2147483648')
+})
+
+t.test('integer datatypes refuse numbers not written as integers (1.0, 1e2), as Triton does', async t => {
+  for (const [datatype, min, max] of INTEGER_RANGES) {
+    for (const token of ['1.0', '1e2', '1E0', '-2.5', '0.0']) {
+      fails(t, () => decodeInferRequest(rawDataBody(datatype, `1,${token}`)), 'PROTO_ERR_DATA_MISMATCH',
+        `Unable to parse 'data' for input 'X': ${datatype} element at index 1 must be an integer in [${min}, ${max}], ` +
+        `got ${token}`, `${datatype} ${token}`)
+    }
+  }
+  t.same(Array.from(decodeInferRequest(rawDataBody('FP32', '1.0,1e2,1')).inputs[0]?.data as Float32Array), [1, 100, 1],
+    'float datatypes take any number')
+})
+
+t.test('float datatypes: a finite number that rounds to infinity is a 400; rounding to the largest value is not', async t => {
+  const refused: Array<[string, string]> = [
+    ['FP32', '1e39'], ['FP32', '-3.5e38'], ['FP32', '3.4028235677973366e38'], ['FP16', '65520'], ['FP16', '-70000'],
+    ['BF16', '3.4e39'], ['FP64', '1e400'], ['FP64', '-2e308'], ['FP32', '1e400']
+  ]
+  for (const [datatype, token] of refused) {
+    fails(t, () => decodeInferRequest(rawDataBody(datatype, `0,${token}`)), 'PROTO_ERR_DATA_MISMATCH',
+      `Unable to parse 'data' for input 'X': ${datatype} element at index 1 must be a number within the ${datatype} range, ` +
+      `got ${token} (which rounds to infinity)`, `${datatype} ${token}`)
+  }
+  const f32 = decodeInferRequest(rawDataBody('FP32', '3.4028235e38,-3.4028234663852886e38,1e-46')).inputs[0]?.data as Float32Array
+  t.same(Array.from(f32), [3.4028234663852886e38, -3.4028234663852886e38, 0], 'FP32: rounds to its largest value, or to 0')
+  const f16 = decodeInferRequest(rawDataBody('FP16', '65504,65519,-65519')).inputs[0]?.data as Uint16Array
+  t.same(Array.from(f16), [0x7bff, 0x7bff, 0xfbff], 'FP16: 65519 rounds down to 65504')
+  const f64 = decodeInferRequest(rawDataBody('FP64', '1.7976931348623157e308,1e-400,-0.0')).inputs[0]?.data as Float64Array
+  t.ok(f64[0] === Number.MAX_VALUE && f64[1] === 0 && Object.is(f64[2], -0), 'FP64: its largest value, underflow to 0, -0')
+})
+
+t.test('NaN and Infinity: taken for float datatypes, a 400 for every other datatype', async t => {
+  for (const datatype of ['FP16', 'BF16', 'FP32', 'FP64']) {
+    const data = decodeInferRequest(rawDataBody(datatype, 'NaN,Infinity,-Infinity')).inputs[0]?.data as ArrayLike<number>
+    t.equal(encodedData({ name: 'X', datatype: datatype as Tensor['datatype'], shape: [3], data: data as Float32Array }),
+      'NaN,Infinity,-Infinity', `${datatype} stores them and prints them back`)
+  }
+  for (const [datatype, min, max] of INTEGER_RANGES) {
+    for (const token of ['NaN', 'Infinity', '-Infinity']) {
+      fails(t, () => decodeInferRequest(rawDataBody(datatype, `1,${token}`)), 'PROTO_ERR_DATA_MISMATCH',
+        `Unable to parse 'data' for input 'X': ${datatype} element at index 1 must be an integer in [${min}, ${max}], ` +
+        `got ${token}`, `${datatype} ${token}`)
+    }
+  }
+  fails(t, () => decodeInferRequest(rawDataBody('BOOL', 'true,-Infinity')), 'PROTO_ERR_DATA_MISMATCH',
+    "Unable to parse 'data' for input 'X': BOOL element at index 1 must be true or false, got -Infinity")
+  fails(t, () => decodeInferRequest(rawDataBody('BYTES', '"a",NaN')), 'PROTO_ERR_DATA_MISMATCH',
+    "Unable to parse 'data' for input 'X': BYTES element at index 1 must be a string, got NaN")
+})
+
+t.test('BOOL takes true and false only; 0 and 1 are a 400, as in Triton', async t => {
+  t.same(Array.from(decodeInferRequest(rawDataBody('BOOL', 'true,false,[true]')).inputs[0]?.data as Uint8Array), [1, 0, 1])
+  for (const token of ['0', '1', '"true"', 'null']) {
+    fails(t, () => decodeInferRequest(rawDataBody('BOOL', `true,${token}`)), 'PROTO_ERR_DATA_MISMATCH',
+      `Unable to parse 'data' for input 'X': BOOL element at index 1 must be true or false, got ${
+        token === '"true"' ? 'string "true"' : token}`, token)
+  }
+})
+
+t.test('data read from the body: nesting, whitespace, escapes and duplicates as JSON.parse reads them', async t => {
+  const text = ' { "inputs" : [ { "name" : "A" , "datatype" : "INT16" , "shape" : [ 2 , 3 ] , "data" : [ [ 1 , -2 ] , ' +
+    '[ ] , [ [ 3 ] , 4 , [ [ 5 ] ] ] , 6 ] } , {"name":"B","datatype":"BYTES","shape":[4],' +
+    '"data":["pl\\u00e4in","\\"q\\"\\n","日本","\\ud83d\\ude00"]},' +
+    '{"name":"C","datatype":"FP32","shape":[2],"data":[9],"d\\u0061ta":[1.5e0,-0.25E+1]},' +
+    '{"name":"D","datatype":"FP64","shape":[1],"data":[1],"data":"x","data":[2.5]}] } '
+  const request = decodeInferRequest(text)
+  t.same(Array.from(request.inputs[0]?.data as Int16Array), [1, -2, 3, 4, 5, 6], 'nested and empty arrays, any spacing')
+  t.same((request.inputs[1]?.data as Uint8Array[]).map(e => Buffer.from(e).toString('utf8')), ['pläin', '"q"\n', '日本', '😀'],
+    'escapes and UTF-8 in BYTES')
+  t.same(Array.from(request.inputs[2]?.data as Float32Array), [1.5, -2.5], 'a key written with escapes is the same key')
+  t.same(Array.from(request.inputs[3]?.data as Float64Array), [2.5], 'the last of duplicate keys wins, as in JSON.parse')
+
+  // Invalid UTF-8 in a BYTES string becomes U+FFFD, as Buffer#toString made it before.
+  const bad = Buffer.concat([Buffer.from('{"inputs":[{"name":"S","datatype":"BYTES","shape":[1],"data":["a'),
+    Buffer.from([0xff, 0xc3]), Buffer.from('b"]}]}')])
+  t.same(Array.from((decodeInferRequest(bad).inputs[0]?.data as Uint8Array[])[0] as Uint8Array),
+    Array.from(Buffer.from('a\ufffd\ufffdb')), 'invalid UTF-8 is replaced')
+
+  // Objects in `data` are checked as JSON, then refused as elements.
+  fails(t, () => decodeInferRequest(rawDataBody('FP32', '1,{"a":[1,{}]}', '[2]')), 'PROTO_ERR_DATA_MISMATCH',
+    "Unable to parse 'data' for input 'X': FP32 element at index 1 must be a number, got an object")
+  fails(t, () => decodeInferRequest(rawDataBody('BYTES', '"a",{"b":"c"}')), 'PROTO_ERR_DATA_MISMATCH',
+    "Unable to parse 'data' for input 'X': BYTES element at index 1 must be a string, got an object")
+  fails(t, () => decodeInferRequest(rawDataBody('INT32', '1,"\\u0041"')), 'PROTO_ERR_DATA_MISMATCH',
+    "Unable to parse 'data' for input 'X': INT32 element at index 1 must be an integer in [-2147483648, 2147483647], " +
+    'got string "A"')
+
+  // Malformed data arrays are malformed JSON, with JSON.parse's own message.
+  for (const data of ['1,,2', '1,', '01', '1.', '.5', '+1', '1e', '-', 'nan', '"\\x"', '"a\tb"', '[1', '1]', 'tru', 'NaNa']) {
+    const body = rawDataBody('FP32', data, '[1]')
+    fails(t, () => decodeInferRequest(body), 'PROTO_ERR_INVALID_JSON',
+      `failed to parse the request JSON body: ${jsonParseMessage(body)}`, data)
+  }
+})
+
+t.test('a body nested beyond the byte parser\'s limit goes through JSON.parse, with the same data rules', async t => {
+  const deep = '['.repeat(1500) + ']'.repeat(1500)
+  const request = decodeInferRequest(`{"extra":${deep},"inputs":[{"name":"X","datatype":"INT64","shape":[2],"data":[5,-6]}]}`)
+  t.same(Array.from(request.inputs[0]?.data as BigInt64Array), [5n, -6n])
+  fails(t, () => decodeInferRequest(`{"extra":${deep},"inputs":[{"name":"X","datatype":"UINT8","shape":[1],"data":[256]}]}`),
+    'PROTO_ERR_DATA_MISMATCH', "Unable to parse 'data' for input 'X': UINT8 element at index 0 must be an integer in [0, 255], got 256")
+  fails(t, () => decodeInferRequest(`{"extra":${deep},"inputs":[{"name":"X","datatype":"FP32","shape":[1],"data":[1e39]}]}`),
+    'PROTO_ERR_DATA_MISMATCH',
+    "Unable to parse 'data' for input 'X': FP32 element at index 0 must be a number within the FP32 range, got 1e+39 " +
+    '(which rounds to infinity)')
 })
 
 t.test('NaN and Infinity tokens', async t => {
@@ -226,7 +394,8 @@ t.test('NaN and Infinity tokens', async t => {
   t.same(Array.from(request.inputs[1]?.data as Float64Array), [-Infinity, 1.5])
 
   fails(t, () => decodeInferRequest('{"inputs":[{"name":"I","datatype":"INT32","shape":[1],"data":[NaN]}]}'),
-    'PROTO_ERR_DATA_MISMATCH', "Unable to parse 'data' for input 'I': INT32 element at index 0 must be an integer, got NaN")
+    'PROTO_ERR_DATA_MISMATCH',
+    "Unable to parse 'data' for input 'I': INT32 element at index 0 must be an integer in [-2147483648, 2147483647], got NaN")
   fails(t, () => decodeInferRequest('{"inputs":[{"name":"I","datatype":"FP32","shape":[1],"data":[NaN]]}'),
     'PROTO_ERR_INVALID_JSON',
     `failed to parse the request JSON body: ${jsonParseMessage('{"inputs":[{"name":"I","datatype":"FP32","shape":[1],"data":[NaN]]}')}`,
@@ -383,7 +552,7 @@ t.test('binary_data_size 0 in a JSON-only body: an empty tensor, as in Triton', 
   fails(t, () => decodeOne({ datatype: 'FP32', shape: [4096, 4096, 2], parameters: { binary_data_size: 134217728 } }),
     'PROTO_ERR_INVALID_REQUEST',
     "binary input 'INPUT0' has a byte_size (134217728 bytes) that exceeds the maximum allowed value of 67108864 bytes. " +
-    'Use --http-max-input-size to increase the limit.', 'the byte limit applies to binary inputs')
+    'Use the worker flag --max-body-bytes to increase the limit.', 'the byte limit applies to binary inputs')
 })
 
 t.test('duplicate inputs and outputs', async t => {
@@ -461,16 +630,24 @@ t.test('input byte-size limit', async t => {
   const R = 'PROTO_ERR_INVALID_REQUEST'
   fails(t, () => decodeOne({ datatype: 'FP32', shape: [5], data: [1, 2, 3, 4, 5] }, { maxInputBytes: 16 }), R,
     "JSON input 'INPUT0' has a byte_size (20 bytes) that exceeds the maximum allowed value of 16 bytes. " +
-    'Use --http-max-input-size to increase the limit.')
+    'Use the worker flag --max-body-bytes to increase the limit.')
   t.equal(decodeOne({ datatype: 'FP32', shape: [4], data: [1, 2, 3, 4] }, { maxInputBytes: 16 }).data.length, 4,
     'exactly at the limit is fine')
   fails(t, () => decodeOne({ datatype: 'FP32', shape: [4096, 4096, 2] , data: [] }), R,
     "JSON input 'INPUT0' has a byte_size (134217728 bytes) that exceeds the maximum allowed value of 67108864 bytes. " +
-    'Use --http-max-input-size to increase the limit.', 'checked against the shape before reading data')
+    'Use the worker flag --max-body-bytes to increase the limit.', 'checked against the shape before reading data')
   fails(t, () => decodeOne({ datatype: 'BYTES', shape: [2], data: ['abcd', 'efgh'] }, { maxInputBytes: 15 }), R,
     "JSON input 'INPUT0' has a byte_size (16 bytes) that exceeds the maximum allowed value of 15 bytes. " +
-    'Use --http-max-input-size to increase the limit.', 'BYTES count 4 + length per element')
+    'Use the worker flag --max-body-bytes to increase the limit.', 'BYTES count 4 + length per element')
   t.equal(decodeOne({ datatype: 'BYTES', shape: [2], data: ['abcd', 'efgh'] }, { maxInputBytes: 16 }).data.length, 2)
+  fails(t, () => decodeInferRequest(oneInput({ datatype: 'INT8', shape: [3], data: [1, 2, 3] }),
+    { maxInputBytes: 2, maxInputBytesSetting: 'the flag --my-limit' }), R,
+  "JSON input 'INPUT0' has a byte_size (3 bytes) that exceeds the maximum allowed value of 2 bytes. " +
+    'Use the flag --my-limit to increase the limit.', 'the caller names its own setting')
+  fails(t, () => decodeInferRequest(oneInput({ datatype: 'INT8', shape: [3], parameters: { binary_data_size: 3 } }),
+    { maxInputBytes: 2, maxInputBytesSetting: 'the flag --my-limit' }), R,
+  "binary input 'INPUT0' has a byte_size (3 bytes) that exceeds the maximum allowed value of 2 bytes. " +
+    'Use the flag --my-limit to increase the limit.', 'binary inputs too')
 })
 
 t.test('Buffer bodies are read as UTF-8', async t => {

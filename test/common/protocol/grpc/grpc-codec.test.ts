@@ -157,16 +157,23 @@ t.test('ModelInferRequest is wire-compatible with an independent encoder', async
 })
 
 t.test('a request decoded from the independent encoder, with contents, parameters and raw data', async t => {
-  const w = protobuf.Writer.create()
-  w.uint32((1 << 3) | 2).string('m')
-  w.uint32((5 << 3) | 2).fork().uint32((1 << 3) | 2).string('A').uint32((2 << 3) | 2).string('INT16')
-    .uint32((3 << 3) | 2).fork().int64(3).ldelim()
-    .uint32((5 << 3) | 2).fork().uint32((2 << 3) | 2).fork().int32(-1).int32(70000).int32(5).ldelim().ldelim()
-    .ldelim()
-  const { request } = decodeModelInferRequest(inferMethod.requestDeserialize(Buffer.from(w.finish())) as ModelInferRequestMessage)
+  const int16Request = (values: number[]): ModelInferRequestMessage => {
+    const w = protobuf.Writer.create()
+    w.uint32((1 << 3) | 2).string('m')
+    const contents = w.uint32((5 << 3) | 2).fork().uint32((1 << 3) | 2).string('A').uint32((2 << 3) | 2).string('INT16')
+      .uint32((3 << 3) | 2).fork().int64(values.length).ldelim()
+      .uint32((5 << 3) | 2).fork().uint32((2 << 3) | 2).fork()
+    for (const v of values) contents.int32(v)
+    contents.ldelim().ldelim().ldelim()
+    return inferMethod.requestDeserialize(Buffer.from(w.finish())) as ModelInferRequestMessage
+  }
+  const { request } = decodeModelInferRequest(int16Request([-1, -32768, 32767]))
   const a = request.inputs[0] as Tensor
   t.ok(a.data instanceof Int16Array)
-  t.same(Array.from(a.data as Int16Array), [-1, 4464, 5], 'INT16 keeps the low 16 bits of each int32, as Triton does')
+  t.same(Array.from(a.data as Int16Array), [-1, -32768, 32767], 'INT16 from int_contents')
+  fails(t, () => decodeModelInferRequest(int16Request([-1, 70000, 5])),
+    "invalid value 70000 at index 1 of int_contents for input tensor 'A' for model 'm': INT16 holds integers in " +
+    '[-32768, 32767]')
 })
 
 t.test('every datatype round-trips through the wire as raw contents and as typed contents', async t => {
@@ -426,6 +433,60 @@ t.test('malformed requests: Triton\'s messages, INVALID_ARGUMENT', async t => {
   fails(t, () => decodeModelInferRequest(strings, { maxInputBytes: 11 }),
     "input 'INPUT0' has a byte_size (12 bytes) that exceeds the maximum allowed value of 11 bytes")
   t.ok(decodeModelInferRequest(oneInput({}, { raw_input_contents: [f32(4)] }), { maxInputBytes: 16 }), 'at the limit is fine')
+})
+
+t.test('integer contents the datatype cannot hold are refused, not wrapped', async t => {
+  const lead = (field: string, index: number, value: string): string =>
+    `invalid value ${value} at index ${index} of ${field} for input tensor 'INPUT0' for model 'simple'`
+  // int_contents / uint_contents carry 32-bit values: through the wire, anything in int32 / uint32 arrives.
+  const cases: Array<[DataType, 'int_contents' | 'uint_contents', number[], number, string]> = [
+    ['INT8', 'int_contents', [-128, 127, 128, 0], 2, ': INT8 holds integers in [-128, 127]'],
+    ['INT8', 'int_contents', [-129, 0, 0, 0], 0, ': INT8 holds integers in [-128, 127]'],
+    ['INT16', 'int_contents', [0, -32769, 0, 0], 1, ': INT16 holds integers in [-32768, 32767]'],
+    ['INT16', 'int_contents', [0, 0, 0, 32768], 3, ': INT16 holds integers in [-32768, 32767]'],
+    ['UINT8', 'uint_contents', [255, 256, 0, 0], 1, ': UINT8 holds integers in [0, 255]'],
+    ['UINT16', 'uint_contents', [65536, 0, 0, 0], 0, ': UINT16 holds integers in [0, 65535]']
+  ]
+  for (const [datatype, field, values, index, holds] of cases) {
+    const msg = oneInput({ datatype, contents: { [field]: values } })
+    const message = lead(field, index, String(values[index])) + holds
+    fails(t, () => decodeWire(msg), message)
+    fails(t, () => toRawWire(msg), message) // the gateway refuses it too, rather than forward wrapped bytes
+  }
+  // The ends of each range pass.
+  const ok = decodeWire(oneInput({ datatype: 'INT8', contents: { int_contents: [-128, 127, 0, -1] } })) as { request: InferRequest }
+  t.same(Array.from(ok.request.inputs[0]?.data as Int8Array), [-128, 127, 0, -1])
+  const u16 = decodeWire(oneInput({ datatype: 'UINT16', contents: { uint_contents: [0, 65535, 1, 2] } })) as { request: InferRequest }
+  t.same(Array.from(u16.request.inputs[0]?.data as Uint16Array), [0, 65535, 1, 2])
+
+  // Hand-built messages can hold anything: non-integers, values beyond 32 bits, 64-bit values out of range.
+  fails(t, () => decodeModelInferRequest(oneInput({ datatype: 'INT32', contents: { int_contents: [1, 2.5, 3, 4] } })),
+    lead('int_contents', 1, '2.5') + ': INT32 holds integers in [-2147483648, 2147483647]')
+  fails(t, () => decodeModelInferRequest(oneInput({ datatype: 'UINT32', contents: { uint_contents: [1, 2, 3, 2 ** 32] } })),
+    lead('uint_contents', 3, '4294967296') + ': UINT32 holds integers in [0, 4294967295]')
+  fails(t, () => decodeModelInferRequest(oneInput({ datatype: 'INT64', contents: { int64_contents: [1n, 2n ** 63n, 3n, 4n] } })),
+    lead('int64_contents', 1, '9223372036854775808') + ': INT64 holds integers in [-9223372036854775808, 9223372036854775807]')
+  fails(t, () => decodeModelInferRequest(oneInput({ datatype: 'UINT64', contents: { uint64_contents: [1, -1, 3, 4] } })),
+    lead('uint64_contents', 1, '-1') + ': UINT64 holds integers in [0, 18446744073709551615]')
+  fails(t, () => decodeModelInferRequest(oneInput({ datatype: 'INT64', contents: { int64_contents: [0.5, 1, 2, 3] } })),
+    lead('int64_contents', 0, '0.5') + ': INT64 holds integers in [-9223372036854775808, 9223372036854775807]')
+})
+
+t.test('64-bit contents stay exact through the wire: protobufjs hands over numbers or bigints, never rounded', async t => {
+  const i64 = [-(2n ** 63n), 2n ** 63n - 1n, 2n ** 53n + 1n, -(2n ** 53n) - 1n]
+  const u64 = [2n ** 64n - 1n, 2n ** 53n + 1n, 0n, 2n ** 63n]
+  const wire = requestViaWire({
+    model_name: 'simple',
+    inputs: [
+      { name: 'I', datatype: 'INT64', shape: [4], contents: { int64_contents: i64 } },
+      { name: 'U', datatype: 'UINT64', shape: [4], contents: { uint64_contents: u64 } }
+    ]
+  })
+  t.same(Array.from(wire.inputs?.[0]?.contents?.int64_contents ?? []).map(v => typeof v), ['bigint', 'bigint', 'bigint', 'bigint'],
+    'values beyond 2^53 arrive as bigints')
+  const { request } = decodeModelInferRequest(wire)
+  t.same(Array.from(request.inputs[0]?.data as BigInt64Array), i64)
+  t.same(Array.from(request.inputs[1]?.data as BigUint64Array), u64)
 })
 
 t.test('what passes: -1 dimensions, extra raw entries, the datatype of raw tensors in the gateway', async t => {
