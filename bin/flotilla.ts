@@ -15,6 +15,7 @@ import { FLOTILLA_VERSION, PACKAGE_ROOT } from '../common/package-root.ts'
 import { runFleetCommand } from '../gateway/admin/fleet-cli.ts'
 import { grpcPortOf, type FleetConfig } from '../gateway/fleet/fleet-config.ts'
 import { loadGatewayConfig, startGateway } from '../gateway/main.ts'
+import { parseCacheConfig } from '../worker/cache/response-cache.ts'
 import { DEFAULT_MAX_BODY_BYTES, startWorker } from '../worker/main.ts'
 import { runBenchCommand } from './perf/bench-command.ts'
 
@@ -30,7 +31,9 @@ Usage:
   flotilla worker  --model-repository DIR [--host H] [--http-port N] [--grpc-port N] [--metrics-port N]
                    [--max-body-bytes N] [--grpc-max-message-bytes N] [--max-header-bytes N] [--max-header-count N]
                    [--header-timeout-ms N] [--body-timeout-ms N] [--idle-timeout-ms N]
-  flotilla fleet   list|add|drain|undrain|remove|weight|canary ... [--admin URL] [--token-file F]
+                   [--cache-config local,size=BYTES]
+  flotilla fleet   list|add|drain|undrain|remove|weight|canary|cache ... [--admin URL] [--token-file F]
+  flotilla cache   stats | purge [MODEL]   (the running gateway's response cache; flags as fleet's)
   flotilla bench   -m MODEL [-u URL] [-i http|grpc] [--concurrency-range A:B[:S|:xF] | --request-rate-range A:B[:S]]
                    [-f CSV] [--plot SVG] [--json]
   flotilla --help | --version
@@ -45,7 +48,8 @@ Commands:
             SIGHUP.
   fleet     Changes a running fleet through the gateway's admin API ('flotilla fleet --help').
   worker    A worker serving a Triton-style model repository (ports default to HTTP 8000, gRPC 8001, metrics
-            8002, as Triton's).
+            8002, as Triton's). --cache-config local,size=BYTES gives it Triton's response cache, for the
+            models whose config.pbtxt has response_cache { enable: true }.
   bench     Measures a server (gateway or worker) as perf_analyzer does ('flotilla bench --help').
 
 Common flags:
@@ -72,6 +76,7 @@ const options = {
   'header-timeout-ms': { type: 'string' },
   'body-timeout-ms': { type: 'string' },
   'idle-timeout-ms': { type: 'string' },
+  'cache-config': { type: 'string', multiple: true },
   'log-level': { type: 'string' }
 } as const
 
@@ -82,7 +87,8 @@ const ALLOWED: Record<string, ReadonlyArray<keyof Flags>> = {
   gateway: ['config', 'host', 'http-port', 'grpc-port', 'metrics-port', 'admin-port', 'log-level'],
   worker: [
     'model-repository', 'host', 'http-port', 'grpc-port', 'metrics-port', 'max-body-bytes', 'grpc-max-message-bytes',
-    'max-header-bytes', 'max-header-count', 'header-timeout-ms', 'body-timeout-ms', 'idle-timeout-ms', 'log-level'
+    'max-header-bytes', 'max-header-count', 'header-timeout-ms', 'body-timeout-ms', 'idle-timeout-ms', 'cache-config',
+    'log-level'
   ]
 }
 
@@ -170,9 +176,16 @@ async function runWorker (flags: Flags, logger: Logger): Promise<void> {
   if (limits.headerTimeoutMs !== undefined && limits.bodyTimeoutMs !== undefined && limits.headerTimeoutMs > limits.bodyTimeoutMs) {
     usage('--header-timeout-ms must not be longer than --body-timeout-ms (the whole request includes its headers)')
   }
+  let responseCache
+  try {
+    responseCache = flags['cache-config'] === undefined ? undefined : parseCacheConfig(flags['cache-config'])
+  } catch (err) {
+    usage((err as Error).message)
+  }
   const worker = await startWorker({
     modelRepository: repo,
     logger,
+    ...(responseCache !== undefined ? { responseCache } : {}),
     maxBodyBytes: maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES,
     ...(grpcMaxMessageBytes !== undefined ? { grpcMaxMessageBytes } : {}),
     ...(flags.host !== undefined ? { host: flags.host } : {}),
@@ -357,9 +370,9 @@ async function main (argv: string[]): Promise<void> {
     })
     return
   }
-  // `fleet` is a client of a running gateway, with flags of its own.
-  if (argv[0] === 'fleet') {
-    process.exitCode = await runFleetCommand(argv.slice(1), {
+  // `fleet` is a client of a running gateway, with flags of its own; `cache` is its `fleet cache`.
+  if (argv[0] === 'fleet' || argv[0] === 'cache') {
+    process.exitCode = await runFleetCommand(argv[0] === 'cache' ? argv : argv.slice(1), {
       stdout: process.stdout,
       stderr: process.stderr,
       env: process.env,

@@ -174,6 +174,7 @@ export const errorCodes = {
 
   // gateway admin API: what an operator asked for cannot be done as asked
   GW_ERR_ADMIN_INVALID: { http: 400, grpc: 'INVALID_ARGUMENT', message: '%s' },
+  GW_ERR_CACHE_OFF: { http: 404, grpc: 'NOT_FOUND', message: 'this gateway has no response cache' },
   GW_ERR_ADMIN_UNAUTHORIZED: {
     http: 401, grpc: 'UNAUTHENTICATED',
     message: 'the admin API needs an Authorization: Bearer <token> header (the token the gateway was started with)'

@@ -30,6 +30,11 @@ import { FleetWatcher } from './fleet/fleet-watcher.ts'
 import { buildGatewayGrpc } from './server/grpc.ts'
 import { buildGatewayHttp } from './server/http.ts'
 import { readinessOf, type Readiness } from './server/readiness.ts'
+import { registerCacheMetrics } from './cache/cache-metrics.ts'
+import { LocalStore } from './cache/local-store.ts'
+import { ModelCacheConfigs } from './cache/model-cache-config.ts'
+import { RedisStore } from './cache/redis-store.ts'
+import { ResponseCache } from './cache/response-cache.ts'
 import { GatewayMetrics } from './server/metrics.ts'
 
 /** Options for {@link startGateway}; everything but `config` is optional. */
@@ -197,7 +202,29 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
       queued: (model, waitedMs, outcome) => { metrics.queueWait(model, outcome, waitedMs / 1000) }
     }
   })
-  const pipeline = new ModelPipeline({ fleet, forwarder, policies, canaries, metrics, now: deps.now })
+  const localCache = new LocalStore(config.cache.max_bytes)
+  const cacheMetrics = registerCacheMetrics(metrics.registry, () => localCache)
+  const modelCacheConfigs = new ModelCacheConfigs({ fleet, dispatcherFor: (e) => pool.dispatcherFor(e), logger })
+  const redis = config.cache.redis
+  // Never fails the start: a Redis that is down is retried in the background, and until then every look-up misses.
+  const sharedCache = redis === undefined
+    ? undefined
+    : new RedisStore({
+      url: redis.url,
+      timeoutMs: redis.timeout_ms,
+      keyPrefix: redis.key_prefix,
+      logger,
+      onError: (kind) => { cacheMetrics.redisError(kind) }
+    })
+  const cache = new ResponseCache({
+    settings: config.cache,
+    local: localCache,
+    shared: sharedCache,
+    enabledByModelConfig: (model) => modelCacheConfigs.enabled(model),
+    timers,
+    observer: cacheMetrics
+  })
+  const pipeline = new ModelPipeline({ fleet, forwarder, policies, canaries, metrics, now: deps.now, cache })
   const readiness = (): Readiness => readinessOf(fleet, settings.ready_when)
   const app = buildGatewayHttp({
     fleet,
@@ -216,7 +243,8 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
     },
     fanOutTimeoutMs: settings.request_timeout_ms,
     now: deps.now,
-    readiness
+    readiness,
+    cache
   })
 
   const wantedGrpcPort = options.grpcPort ?? settings.grpc_port
@@ -241,6 +269,7 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
     host: adminHost,
     ...(settings.admin_allowed_hosts !== undefined ? { allowedHosts: settings.admin_allowed_hosts } : {}),
     config: () => effectiveConfig(current, fleet, canaries),
+    cache,
     now: deps.now
   })
 
@@ -255,6 +284,7 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
    */
   const teardown = async (): Promise<void> => {
     watcher?.close()
+    modelCacheConfigs.stop()
     fleetHealth.stop()
     controller.stop()
     await probeAgent.destroy()
@@ -271,6 +301,7 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
       clearTimeout(cut)
     }
     await closeServer(metricsServer)
+    await cache.close()
   }
   let httpPort: number
   let grpcPort = -1
@@ -293,6 +324,8 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
     await teardown()
     throw err
   }
+  // Asking the workers for their configs is an active check like the health probes, and off with them.
+  if (config.health_check.enabled) modelCacheConfigs.start()
   const url = originOf(host, httpPort)
   logger.info({
     url,
@@ -366,7 +399,7 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
  * (and `load_balancer.panic_threshold_percent`, checked apart). A change to them is logged, and applies at the next
  * start.
  */
-const RESTART_SECTIONS = ['gateway', 'retries', 'health_check', 'outlier_detection'] as const
+const RESTART_SECTIONS = ['gateway', 'retries', 'health_check', 'outlier_detection', 'cache'] as const
 
 /** The config as it runs now: the file's, with the live servers (admin changes included) and canaries. */
 function effectiveConfig (config: FleetConfig, fleet: Fleet, canaries: Canaries): unknown {

@@ -8,7 +8,8 @@ import { closeGrpc, listenGrpc } from '../common/grpc-server.ts'
 import { closeServer, listen, listenServer, originOf } from '../common/http-server.ts'
 import { createLogger, type Logger } from '../common/logger.ts'
 import { loadNative, nativeLoadError } from '../native/index.ts'
-import { InferenceService } from './inference/inference-service.ts'
+import { logCacheUse, ResponseCache, type ResponseCacheConfig } from './cache/response-cache.ts'
+import { InferenceService, usesResponseCache } from './inference/inference-service.ts'
 import { type GpuDevice } from './instances/instance-groups.ts'
 import { ModelRepository } from './repository/model-repository.ts'
 import { DrainTracker } from './server/drain.ts'
@@ -67,6 +68,12 @@ export interface WorkerOptions {
    * 30 000), whatever is still in progress; requests still running then are waited for all the same.
    */
   drainTimeoutMs?: number
+  /**
+   * Triton's response cache (`--cache-config local,size=N`, parsed by `parseCacheConfig` in
+   * worker/cache/response-cache.ts), for the models whose config enables `response_cache`. Absent: no cache, and
+   * those models load and run uncached, as in Triton.
+   */
+  responseCache?: ResponseCacheConfig
   logger?: Logger
   random?: () => number
 }
@@ -99,8 +106,13 @@ export async function startWorker (options: WorkerOptions): Promise<RunningWorke
   const host = options.host ?? '127.0.0.1'
   const logger = options.logger ?? createLogger({ bindings: { component: 'worker' } })
   const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
+  const responseCache = options.responseCache === undefined ? undefined : new ResponseCache({ sizeBytes: options.responseCache.sizeBytes, logger })
   // Both read lazily (at scrape time, per loaded version), so they can exist before the repository they describe.
-  const metrics: WorkerMetrics = new WorkerMetrics({ statistics: () => statistics.all(), pending: () => pendingByVersion(repository) })
+  const metrics: WorkerMetrics = new WorkerMetrics({
+    statistics: () => statistics.all(),
+    pending: () => pendingByVersion(repository),
+    ...(responseCache !== undefined ? { cache: () => responseCache.stats } : {})
+  })
   const statistics: ModelStatistics = new ModelStatistics({ latency: (model, version) => metrics.latency(model, version) })
   const devices = nativeDevices(logger)
   const repository = new ModelRepository({
@@ -108,13 +120,16 @@ export async function startWorker (options: WorkerOptions): Promise<RunningWorke
     logger,
     devices: () => devices,
     // Each loaded version's scheduler reports to its statistics, which the metrics read.
-    observer: (model, version) => statistics.observerFor(model, version),
+    observer: (model, version, config) => statistics.observerFor(model, version, { cacheEnabled: usesResponseCache(config, responseCache) }),
     ...(options.random !== undefined ? { random: options.random } : {})
   })
   await repository.loadAll()
+  logCacheUse(repository, responseCache, logger)
 
   const drain = new DrainTracker()
-  const service = new InferenceService({ repository, statistics, draining: () => drain.draining })
+  const service = new InferenceService({
+    repository, statistics, draining: () => drain.draining, ...(responseCache !== undefined ? { responseCache } : {})
+  })
   const app = buildWorkerHttp({
     service,
     repository,

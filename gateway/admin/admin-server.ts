@@ -20,6 +20,7 @@ import { request as undiciRequest } from 'undici'
 import { createError, type FlotillaError } from '../../common/errors.ts'
 import { createKServeServer, isLoopbackHost, originOf, route } from '../../common/http-server.ts'
 import { type Logger } from '../../common/logger.ts'
+import { type ResponseCache } from '../cache/response-cache.ts'
 import { type Canaries, type ModelCanary } from '../canary/canaries.ts'
 import { canaryProblem, canarySpec, inferenceServerSpec } from '../fleet/fleet-config.ts'
 import { type FleetController } from '../fleet/fleet-controller.ts'
@@ -61,6 +62,8 @@ export interface AdminServerOptions {
   /** The effective config: the fleet file as loaded, with the live servers and canaries. */
   config: () => unknown
   now: () => number
+  /** The response cache, for `GET /v1/cache` and `POST /v1/cache/purge`. */
+  cache?: ResponseCache | undefined
   /** Asks a worker for its READY models (`models: "discover"`); by default its repository index over HTTP. */
   discover?: (origin: string) => Promise<string[]>
 }
@@ -290,6 +293,25 @@ export function buildAdminServer (options: AdminServerOptions): FastifyInstance 
   })
 
   route(app, 'GET', '/v1/config', async (_request, reply) => send(reply, 200, options.config()))
+
+  const cache = options.cache
+  route(app, 'GET', '/v1/cache', async (_request, reply) => {
+    if (cache === undefined) throw createError('GW_ERR_CACHE_OFF')
+    return send(reply, 200, cache.view(fleet.models))
+  })
+  change('POST', '/v1/cache/purge', async (request, reply) => {
+    if (cache === undefined) throw createError('GW_ERR_CACHE_OFF')
+    // No body (or `{}`): every model.
+    const body = Buffer.isBuffer(request.body) && request.body.length > 0 ? jsonBody(request) : undefined
+    const wanted = typeof body === 'object' && body !== null ? (body as { model?: unknown }).model : undefined
+    if (wanted !== undefined && (typeof wanted !== 'string' || wanted === '')) {
+      throw createError('GW_ERR_ADMIN_INVALID', '"model" must be a model name, or left out to purge every model')
+    }
+    if (wanted !== undefined && !fleet.servesModel(wanted)) throw createError('GW_ERR_MODEL_NOT_SERVED', shown(wanted), fleet.models.join(', ') || 'none')
+    const purged = await cache.purge(wanted)
+    logger.info({ model: wanted ?? '(all)', ...purged }, 'response cache purged through the admin API')
+    return send(reply, 200, { model: wanted ?? null, local: purged.local, shared: purged.shared ?? null })
+  })
 
   // A name longer than the router's limit on a path segment matches none of the routes above, and the router would
   // answer 414 itself, before any hook (the browser checks included). These wildcards are tried after the parametric

@@ -58,6 +58,10 @@ Commands:
       (--version V --baseline-version B | --servers a,b)
       [--force-header name=value] [--sticky-header NAME] [--no-auto-rollback]
   canary MODEL clear|promote|rollback
+  cache [stats]                      the response cache: its tiers, and per model whether it is cached
+  cache purge [MODEL]                drop every cached answer (of MODEL only, when given), in Redis too
+
+  (\`flotilla cache ...\` is the same as \`flotilla fleet cache ...\`.)
 
 Flags for every command:
   --admin URL          the admin API (default ${DEFAULT_ADMIN_URL})
@@ -115,7 +119,8 @@ const COMMAND_FLAGS: Record<string, readonly FlagName[]> = {
   undrain: [],
   remove: ['force', 'timeout-ms'],
   weight: [],
-  canary: CANARY_SET_FLAGS
+  canary: CANARY_SET_FLAGS,
+  cache: []
 }
 const CANARY_ACTIONS = ['show', 'set', 'clear', 'promote', 'rollback']
 
@@ -274,6 +279,17 @@ function plan (command: string, args: string[], flags: Flags): (c: Context) => P
       const name = need(0, 'an endpoint name', 'weight NAME N')
       const weight = int(need(1, 'a weight', 'weight NAME N'), 'the weight', 0, 1000)
       return (c) => setWeight(c, name, weight)
+    }
+    case 'cache': {
+      const action = args[0] ?? 'stats'
+      if (action === 'stats') {
+        max(1, 'cache [stats]')
+        return (c) => cacheStats(c)
+      }
+      if (action !== 'purge') usage(`unknown cache action '${action}'; the actions are stats, purge`)
+      max(2, 'cache purge [MODEL]')
+      const model = args[1]
+      return (c) => cachePurge(c, model)
     }
     default:
       return planCanary(args, flags)
@@ -612,6 +628,38 @@ function printCanary (c: Context, answer: Answer<CanaryView>, heading?: string):
 }
 
 // ---- commands ----
+
+interface CacheStatsAnswer {
+  local: { entries: number, bytes: number, max_bytes: number, evictions: number }
+  shared: { store: string } | null
+  coalescing: number
+  models: Record<string, { cached: boolean, decided_by: string, coalesce: boolean, ttl_ms: number | null, version: string | null }>
+}
+
+function entries (n: number, kind = ''): string {
+  return `${n} ${kind}${n === 1 ? 'entry' : 'entries'}`
+}
+
+async function cacheStats (c: Context): Promise<number> {
+  out(c, await call<CacheStatsAnswer>(c, 'GET', '/v1/cache'), (d) => {
+    const mib = (n: number): string => (n / 1024 / 1024).toFixed(1)
+    const head = `local: ${entries(d.local.entries)}, ${mib(d.local.bytes)} of ${mib(d.local.max_bytes)} MiB, ` +
+      `${plural(d.local.evictions, 'eviction')}; shared: ${d.shared?.store ?? 'none'}; ${d.coalescing} waiting on identical requests\n`
+    const rows = Object.entries(d.models).map(([model, m]) => [
+      model, m.cached ? 'cached' : m.coalesce ? 'coalesced only' : 'off', m.decided_by,
+      m.ttl_ms === null ? '-' : `${m.ttl_ms} ms`, m.version ?? '-'
+    ])
+    return head + (rows.length === 0 ? '' : table([['MODEL', 'CACHE', 'DECIDED BY', 'TTL', 'VERSION'], ...rows]))
+  })
+  return 0
+}
+
+async function cachePurge (c: Context, model: string | undefined): Promise<number> {
+  const answer = await call<{ model: string | null, local: number, shared: number | null }>(c, 'POST', '/v1/cache/purge', model === undefined ? {} : { model })
+  out(c, answer, (d) => `purged ${d.model === null ? 'every model' : d.model}: ${entries(d.local, 'local ')}` +
+    `${d.shared === null ? '' : `, ${entries(d.shared, 'shared ')}`}\n`)
+  return 0
+}
 
 async function list (c: Context): Promise<number> {
   out(c, await call<EndpointList>(c, 'GET', '/v1/endpoints'), (d) =>

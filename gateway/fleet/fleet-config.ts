@@ -7,7 +7,7 @@
  * - `inference_servers[]`: `weight`, `protocol`, `labels`, `versions`, `max_in_flight`
  * - `load_balancer`: `panic_threshold_percent`, `options` (strategy tuning), `hash_header` (consistent_hash only)
  * - `models.<name>`: a per-model `load_balancer`, `request_timeout_ms`, `max_retries` and `per_try_timeout_ms`
- * - `retries`, `health_check`, `outlier_detection`, `gateway`: sections with every key defaulted
+ * - `retries`, `health_check`, `outlier_detection`, `gateway`, `cache`: sections with every key defaulted
  *
  * Absent sections and keys are filled in with their defaults, except the few whose absence means something
  * (`versions`: every version; `max_in_flight`: the gateway-wide cap; `options`, `hash_header`: the strategy's own
@@ -128,6 +128,24 @@ export const DEFAULT_OUTLIER_DETECTION_SETTINGS = Object.freeze({
   max_ejection_time_ms: 300_000,
   max_ejection_percent: 10
 })
+/**
+ * The `cache` section when the file has none (`gateway/cache/`): which models are cached comes from each model's
+ * `response_cache` in its config.pbtxt unless `cache.models` says otherwise; the budget is the local LRU's.
+ */
+export const DEFAULT_CACHE_SETTINGS = Object.freeze({
+  // 256 MiB: thousands of typical answers; an answer larger than max_entry_bytes is never stored.
+  max_bytes: 256 * 1024 * 1024,
+  max_entry_bytes: 1024 * 1024,
+  // 0: an entry lives until evicted, purged, or its model's versions change.
+  ttl_ms: 0,
+  // Identical requests for a model that is not cached wait for the first one too (off: a model that samples would
+  // give every client the same answer).
+  coalesce: false,
+  coalesce_timeout_ms: 5000
+})
+/** `cache.redis` defaults: a lookup that takes longer than this counts as a miss. */
+export const DEFAULT_CACHE_REDIS_TIMEOUT_MS = 50
+export const DEFAULT_CACHE_REDIS_KEY_PREFIX = 'flotilla:cache:'
 /** Envoy's healthy_panic_threshold: below this share of usable endpoints, a model's traffic goes to all of them. */
 export const DEFAULT_PANIC_THRESHOLD_PERCENT = 50
 /** setTimeout clamps longer delays to 1 ms, so a larger timeout would silently become "fire at once". */
@@ -166,6 +184,17 @@ export interface FleetConfigOptions {
 export interface ParseFleetConfigOptions extends FleetConfigOptions {
   /** The file name that messages start with. */
   file: string
+}
+
+/** A `redis://` or `rediss://` URL; a password in it belongs in the environment instead, but is not refused. */
+function redisUrlCheck (value: string): string | undefined {
+  let url: URL
+  try {
+    url = new URL(value)
+  } catch {
+    return `'${value}' is not a URL (expected redis://host:port)`
+  }
+  return url.protocol === 'redis:' || url.protocol === 'rediss:' ? undefined : `'${value}' is not a redis:// or rediss:// URL`
 }
 
 function hostCheck (value: string): string | undefined {
@@ -414,6 +443,24 @@ function fleetSchema (options: FleetConfigOptions) {
     watch: withDefault(boolean(), true)
   })
 
+  const cache = object({
+    max_bytes: withDefault(integer(0, Number.MAX_SAFE_INTEGER), DEFAULT_CACHE_SETTINGS.max_bytes),
+    max_entry_bytes: withDefault(integer(1, MAX_BODY_LIMIT), DEFAULT_CACHE_SETTINGS.max_entry_bytes),
+    ttl_ms: withDefault(integer(0, MAX_TIMER_MS), DEFAULT_CACHE_SETTINGS.ttl_ms),
+    coalesce: withDefault(boolean(), DEFAULT_CACHE_SETTINGS.coalesce),
+    coalesce_timeout_ms: withDefault(integer(1, MAX_TIMER_MS), DEFAULT_CACHE_SETTINGS.coalesce_timeout_ms),
+    // Per model, over what its config.pbtxt's response_cache says.
+    models: optional(mapOf(object({
+      enabled: optional(boolean()),
+      ttl_ms: optional(integer(0, MAX_TIMER_MS))
+    }), { key: MODEL_NAME, expected: 'a mapping of model names to cache settings' })),
+    redis: optional(object({
+      url: required(string({ check: redisUrlCheck })),
+      timeout_ms: withDefault(integer(1, 60_000), DEFAULT_CACHE_REDIS_TIMEOUT_MS),
+      key_prefix: withDefault(string(), DEFAULT_CACHE_REDIS_KEY_PREFIX)
+    }))
+  })
+
   const healthCheck = object({
     enabled: withDefault(boolean(), DEFAULT_HEALTH_CHECK_SETTINGS.enabled),
     interval_ms: withDefault(integer(100, MAX_TIMER_MS), DEFAULT_HEALTH_CHECK_SETTINGS.interval_ms),
@@ -448,6 +495,7 @@ function fleetSchema (options: FleetConfigOptions) {
       expected: 'a mapping of model names to canary settings'
     }), Object.freeze({})),
     retries: withDefault(retries, DEFAULT_RETRY_SETTINGS),
+    cache: withDefault(cache, DEFAULT_CACHE_SETTINGS),
     health_check: withDefault(healthCheck, DEFAULT_HEALTH_CHECK_SETTINGS),
     outlier_detection: withDefault(outlierDetection, DEFAULT_OUTLIER_DETECTION_SETTINGS),
     gateway: withDefault(gateway, DEFAULT_GATEWAY_SETTINGS)
@@ -477,6 +525,8 @@ export type ModelPolicyConfig = FleetConfig['models'][string]
 export type CanaryConfig = Infer<typeof canarySpec>
 /** The `retries` section, with defaults filled in. */
 export type RetryConfig = FleetConfig['retries']
+/** The `cache` section (see `gateway/cache/`). */
+export type CacheConfig = FleetConfig['cache']
 /** The `gateway` section (listeners and limits), with defaults filled in. */
 export type GatewaySettings = FleetConfig['gateway']
 /** The `health_check` section (active checks), with defaults filled in. */

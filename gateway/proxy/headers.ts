@@ -14,6 +14,8 @@ import { type IncomingHttpHeaders } from 'node:http'
 /** The response header that names the server that answered. */
 export const ENDPOINT_HEADER = 'x-flotilla-endpoint'
 export const REQUEST_ID_HEADER = 'x-request-id'
+/** The response header that says what the response cache did: hit, miss, coalesced or bypass. */
+export const CACHE_HEADER = 'x-flotilla-cache'
 
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'te', 'trailer', 'upgrade'])
 

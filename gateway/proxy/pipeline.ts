@@ -9,8 +9,10 @@
  * 3. Candidates: the fleet's precomputed list for the model and version (healthy, not ejected, not draining). None
  *    left: 503 `no healthy server`.
  * 4. Policy: the model's balancer, deadline and retry limit, and the consistent-hash key from its header.
- * 5. Forward (`forward.ts`): pick, admission queue, attempts, retries within the budget, outlier detection fed.
- * 6. Account: `flotilla_requests_total` / `_request_duration_seconds` by model, endpoint, code and protocol; the
+ * 5. Cache (`cache/response-cache.ts`): an inference for a cached model is answered from the response cache, or
+ *    waits for an identical one in flight, when it can; what goes upstream is stored for the next.
+ * 6. Forward (`forward.ts`): pick, admission queue, attempts, retries within the budget, outlier detection fed.
+ * 7. Account: `flotilla_requests_total` / `_request_duration_seconds` by model, endpoint, code and protocol; the
  *    canary's per-side outcome (a request the chosen side could not take counts against that side).
  *
  * The fronts only translate: a request into a {@link ModelCall}, the {@link ForwardResult} into their own answer.
@@ -21,7 +23,8 @@ import { type Fleet } from '../fleet/fleet.ts'
 import { type Endpoint } from '../fleet/types.ts'
 import { type Forwarder } from './forward.ts'
 import { type ModelPolicies } from './model-policy.ts'
-import { type ForwardRequest, type ForwardResult } from './types.ts'
+import { type ResponseCache } from '../cache/response-cache.ts'
+import { type ForwardRequest, type ForwardResult, type ModelResult } from './types.ts'
 
 /** The client-facing protocol a request came by (the `protocol` label of the request metrics). */
 export type FrontProtocol = 'http' | 'grpc'
@@ -66,6 +69,8 @@ export interface ModelPipelineOptions {
   readonly metrics: PipelineMetrics
   /** Milliseconds from a monotonic clock, for request durations. */
   readonly now: () => number
+  /** The response cache, when the gateway has one. */
+  readonly cache?: ResponseCache | undefined
 }
 
 export class ModelPipeline {
@@ -75,6 +80,7 @@ export class ModelPipeline {
   readonly #canaries: Canaries
   readonly #metrics: PipelineMetrics
   readonly #now: () => number
+  readonly #cache: ResponseCache | undefined
 
   constructor (options: ModelPipelineOptions) {
     this.#fleet = options.fleet
@@ -83,10 +89,11 @@ export class ModelPipeline {
     this.#canaries = options.canaries
     this.#metrics = options.metrics
     this.#now = options.now
+    this.#cache = options.cache
   }
 
   /** Routes and forwards one request; never rejects: failures come back as the error to answer with. */
-  async run (call: ModelCall): Promise<ForwardResult> {
+  async run (call: ModelCall): Promise<ModelResult> {
     const fleet = this.#fleet
     const { model, version } = call
     let candidates = fleet.endpointsServing(model, version)
@@ -103,13 +110,20 @@ export class ModelPipeline {
       route = canary.route(fleet, candidates, (name) => call.header(name))
       candidates = route.candidates
     }
-    let result: ForwardResult
+    let result: ModelResult
     if (candidates.length === 0) {
       // Served, but every server is failing its checks or ejected, and panic is off (or the version's servers are).
       result = { ok: false, endpoint: undefined, error: noHealthyError(fleet, model) }
     } else {
       const hashKey = policy.hashHeader === undefined ? undefined : call.header(policy.hashHeader)
-      result = await this.#forwarder.forward(candidates, { model, version, hashKey, policy, preferred: call.preferred }, call.upstream(route?.version))
+      const request = call.upstream(route?.version)
+      const forward = (): Promise<ForwardResult> =>
+        this.#forwarder.forward(candidates, { model, version, hashKey, policy, preferred: call.preferred }, request)
+      const cache = this.#cache
+      result = cache === undefined || !call.inference
+        ? await forward()
+        // Keyed by where the request goes: the version it names, else the canary side it was routed to.
+        : await cache.serve({ model, target: version ?? route?.version ?? route?.side, request, cacheControl: call.header('cache-control') }, forward)
     }
     const code = result.ok ? result.response.statusCode : result.error.statusCode
     const seconds = (this.#now() - started) / 1000

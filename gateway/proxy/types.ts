@@ -36,6 +36,17 @@ export type ForwardResult =
   | { readonly ok: true, readonly endpoint: Endpoint, readonly response: UpstreamResponse }
   | { readonly ok: false, readonly endpoint: Endpoint | undefined, readonly error: FlotillaError }
 
+/** What the response cache did for a request (`x-flotilla-cache`); see `cache/response-cache.ts`. */
+export type CacheResult = 'hit' | 'miss' | 'coalesced' | 'bypass'
+
+/**
+ * What the pipeline answers a model request with: a forward's result, or an answer no server gave just now (from
+ * the response cache, or shared by an identical request in flight), with what the cache did when it looked.
+ */
+export type ModelResult = (ForwardResult | { readonly ok: true, readonly endpoint: undefined, readonly response: UpstreamResponse }) & {
+  readonly cache?: CacheResult
+}
+
 /** How one model's requests are routed (`model-policy.ts` builds one per model from the fleet file). */
 export interface RoutePolicy {
   readonly balancer: Balancer

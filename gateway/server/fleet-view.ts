@@ -3,6 +3,7 @@
  * limits, recent latency and last health result, and per model which endpoints take its traffic now and whether
  * it is in panic. Read from the live objects at request time; nothing here is kept per request.
  */
+import { type ModelCacheView } from '../cache/response-cache.ts'
 import { type Fleet } from '../fleet/fleet.ts'
 import { type Endpoint } from '../fleet/types.ts'
 import { type EndpointHealthView } from '../health/fleet-health.ts'
@@ -44,6 +45,8 @@ export interface ModelView {
   endpoints: readonly string[]
   /** Too few usable endpoints: requests go to all of them (panic threshold). */
   panic: boolean
+  /** Whether its answers are cached (and why), coalesced, for how long; null when the gateway has no cache. */
+  cache: ModelCacheView | null
 }
 
 export interface FleetView {
@@ -65,6 +68,8 @@ export interface FleetViewSources {
   retriesInProgress: () => number
   /** The monotonic clock the fleet's timestamps use. */
   now: () => number
+  /** Each model's cache state, when the gateway has a response cache. */
+  cache?: ((model: string) => ModelCacheView) | undefined
 }
 
 function round (ms: number): number {
@@ -105,7 +110,8 @@ export function fleetView (sources: FleetViewSources): FleetView {
     name,
     strategy: sources.policies.for(name).balancer.name,
     endpoints: fleet.endpointsServing(name).map((e) => e.name),
-    panic: fleet.panicking(name)
+    panic: fleet.panicking(name),
+    cache: sources.cache?.(name) ?? null
   }))
   return {
     endpoints,

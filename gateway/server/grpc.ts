@@ -32,9 +32,9 @@ import {
 } from '../../common/protocol/grpc/messages.ts'
 import { type Endpoint } from '../fleet/types.ts'
 import { type Forwarder } from '../proxy/forward.ts'
-import { ENDPOINT_HEADER, REQUEST_ID_HEADER, upstreamRequestHeaders } from '../proxy/headers.ts'
+import { CACHE_HEADER, ENDPOINT_HEADER, REQUEST_ID_HEADER, upstreamRequestHeaders } from '../proxy/headers.ts'
 import { modelPath, type ModelCall, type ModelPipeline } from '../proxy/pipeline.ts'
-import { type ForwardRequest, type ForwardResult, type UpstreamResponse } from '../proxy/types.ts'
+import { type CacheResult, type ForwardRequest, type ForwardResult, type ModelResult, type UpstreamResponse } from '../proxy/types.ts'
 import { ClientGone } from './client-gone.ts'
 import { gatewayMetadata } from './gateway-metadata.ts'
 import { mergeIndexes, mergeStatistics, type Merged } from './merge.ts'
@@ -56,7 +56,7 @@ export interface GatewayGrpcOptions {
 const FORWARDED_METADATA = ['traceparent', 'tracestate'] as const
 
 /** A unary call's answer and the server that gave it, when one did. */
-interface Reply<T> { readonly endpoint?: string | undefined, readonly answer: GrpcAnswer<T> }
+interface Reply<T> { readonly endpoint?: string | undefined, readonly cache?: CacheResult | undefined, readonly answer: GrpcAnswer<T> }
 
 /** Builds (does not bind) the gateway's gRPC server: the inference service, health and reflection. */
 export function buildGatewayGrpc (options: GatewayGrpcOptions): grpc.Server {
@@ -69,10 +69,12 @@ export function buildGatewayGrpc (options: GatewayGrpcOptions): grpc.Server {
    */
   const unary = <Req, Res>(handle: (call: grpc.ServerUnaryCall<Req, Res>) => Promise<Reply<Res>>): grpc.handleUnaryCall<Req, Res> =>
     (call, callback) => {
-      handle(call).then(({ endpoint, answer }) => {
-        if (endpoint !== undefined && endpoint !== '') {
+      handle(call).then(({ endpoint, cache, answer }) => {
+        const named = endpoint !== undefined && endpoint !== ''
+        if (named || cache !== undefined) {
           const metadata = new grpc.Metadata()
-          metadata.set(ENDPOINT_HEADER, endpoint)
+          if (named) metadata.set(ENDPOINT_HEADER, endpoint)
+          if (cache !== undefined) metadata.set(CACHE_HEADER, cache)
           call.sendMetadata(metadata)
         }
         if (answer.ok) callback(null, answer.value)
@@ -107,7 +109,7 @@ export function buildGatewayGrpc (options: GatewayGrpcOptions): grpc.Server {
 
   /** One ModelInfer (unary, or one message of a stream) through the pipeline. */
   const infer = async (call: grpc.ServerUnaryCall<ModelInferRequestMessage, unknown> | grpc.ServerDuplexStream<ModelInferRequestMessage, unknown>,
-    msg: ModelInferRequestMessage, preferred: Endpoint | undefined, signal: ClientGone): Promise<{ result: ForwardResult | undefined, answer: GrpcAnswer<ModelInferResponseMessage> }> => {
+    msg: ModelInferRequestMessage, preferred: Endpoint | undefined, signal: ClientGone): Promise<{ result: ModelResult | undefined, answer: GrpcAnswer<ModelInferResponseMessage> }> => {
     let model: string
     let version: string | undefined
     let body: Buffer
@@ -177,7 +179,7 @@ export function buildGatewayGrpc (options: GatewayGrpcOptions): grpc.Server {
       const gone = new ClientGone()
       call.on('cancelled', () => { gone.abort() })
       const { result, answer } = await infer(call, call.request, undefined, gone)
-      return { endpoint: result?.endpoint?.name, answer }
+      return { endpoint: result?.endpoint?.name, cache: result?.cache, answer }
     }),
     ModelStreamInfer: (call) => { serveGatewayStream(call, infer) }
   })
@@ -194,7 +196,7 @@ export function buildGatewayGrpc (options: GatewayGrpcOptions): grpc.Server {
  */
 type StreamCall = grpc.ServerDuplexStream<ModelInferRequestMessage, ModelStreamInferResponseMessage>
 type StreamInfer = (call: StreamCall, msg: ModelInferRequestMessage, preferred: Endpoint | undefined, signal: ClientGone) =>
-  Promise<{ result: ForwardResult | undefined, answer: GrpcAnswer<ModelInferResponseMessage> }>
+  Promise<{ result: ModelResult | undefined, answer: GrpcAnswer<ModelInferResponseMessage> }>
 
 function serveGatewayStream (call: StreamCall, infer: StreamInfer): void {
   /** model → the worker that answered its last request on this stream. */
@@ -210,13 +212,13 @@ function serveGatewayStream (call: StreamCall, infer: StreamInfer): void {
 }
 
 /** The answer to a pipeline result: the worker's 2xx turned into a message by `toMessage`, or an error status. */
-function answerOf<T> (result: ForwardResult, toMessage: (status: number, body: Buffer, response: UpstreamResponse) => GrpcAnswer<T>): GrpcAnswer<T> {
+function answerOf<T> (result: ModelResult, toMessage: (status: number, body: Buffer, response: UpstreamResponse) => GrpcAnswer<T>): GrpcAnswer<T> {
   if (!result.ok) return { ok: false, error: grpcErrorFrom(result.error) }
   try {
     return toMessage(result.response.statusCode, result.response.body, result.response)
   } catch (err) {
     // A worker answer that is not what the protocol says (a broken binary section): the worker's fault, not the client's.
-    return { ok: false, error: grpcErrorFrom(createError('GW_ERR_UPSTREAM_BROKEN', result.endpoint.name, '(gRPC)', (err as Error).message)) }
+    return { ok: false, error: grpcErrorFrom(createError('GW_ERR_UPSTREAM_BROKEN', result.endpoint?.name ?? '(cache)', '(gRPC)', (err as Error).message)) }
   }
 }
 

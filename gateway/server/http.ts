@@ -13,15 +13,16 @@ import { type Fleet } from '../fleet/fleet.ts'
 import { type Endpoint } from '../fleet/types.ts'
 import { type EndpointHealthView } from '../health/fleet-health.ts'
 import { type Forwarder } from '../proxy/forward.ts'
-import { ENDPOINT_HEADER, REQUEST_ID_HEADER, upstreamRequestHeaders } from '../proxy/headers.ts'
+import { CACHE_HEADER, ENDPOINT_HEADER, REQUEST_ID_HEADER, upstreamRequestHeaders } from '../proxy/headers.ts'
 import { type ModelPolicies } from '../proxy/model-policy.ts'
 import { modelPath, type ModelCall, type ModelPipeline } from '../proxy/pipeline.ts'
-import { type ForwardRequest, type ForwardResult, type UpstreamResponse } from '../proxy/types.ts'
+import { type ForwardRequest, type ModelResult, type UpstreamResponse } from '../proxy/types.ts'
 import { ClientGone } from './client-gone.ts'
 import { fleetView } from './fleet-view.ts'
 import { gatewayMetadata } from './gateway-metadata.ts'
 import { mergeIndexes, mergeStatistics, type FanOutAnswer } from './merge.ts'
 import { type Readiness } from './readiness.ts'
+import { type ResponseCache } from '../cache/response-cache.ts'
 
 /** Named in the 413 and 431 messages: where to raise the limits. */
 const BODY_LIMIT_SETTING = 'gateway.max_body_bytes in the fleet file'
@@ -55,6 +56,8 @@ export interface GatewayHttpOptions {
   now (): number
   /** Whether the gateway can serve (`readiness.ts`). */
   readiness (): Readiness
+  /** The response cache, for `GET /v2/fleet`. */
+  cache?: ResponseCache | undefined
 }
 
 interface ModelParams { model: string, version?: string }
@@ -153,7 +156,8 @@ export function buildGatewayHttp (options: GatewayHttpOptions): FastifyInstance 
     queueWaiting: () => forwarder.admission.waiting,
     requestsInProgress: () => forwarder.budget.requests,
     retriesInProgress: () => forwarder.budget.retries,
-    now
+    now,
+    cache: options.cache === undefined ? undefined : (model) => options.cache!.modelView(model)
   }))))
 
   return app
@@ -224,7 +228,8 @@ function sendUpstream (reply: FastifyReply, response: UpstreamResponse): Fastify
   return response.body.length === 0 ? reply.send() : reply.send(response.body)
 }
 
-function sendResult (request: FastifyRequest, reply: FastifyReply, result: ForwardResult): FastifyReply {
+function sendResult (request: FastifyRequest, reply: FastifyReply, result: ModelResult): FastifyReply {
+  if (result.cache !== undefined) reply.header(CACHE_HEADER, result.cache)
   if (result.ok) return sendUpstream(reply, result.response)
   if (result.endpoint !== undefined) reply.header(ENDPOINT_HEADER, result.endpoint.name)
   // An upstream failure is the fleet's problem, not the gateway's: warn, not error. A client's mistake (a model no

@@ -7,11 +7,13 @@
  */
 import { createError, isFlotillaError, wrapError } from '../../common/errors.ts'
 import { configTypeToDataType } from '../../common/protocol/datatypes.ts'
+import { requestKey, type RequestKeyOptions } from '../../common/protocol/request-key.ts'
 import { type InferRequest, type InferResponse, type Tensor } from '../../common/protocol/types.ts'
 import { FLOTILLA_VERSION } from '../../common/package-root.ts'
+import { type CachedResponse, type ResponseCache } from '../cache/response-cache.ts'
 import { type IndexEntry, type LoadedVersion, type ModelRepository } from '../repository/model-repository.ts'
-import { type ModelInput, type ModelOutput } from '../repository/types.ts'
-import { type ModelStatistics } from './statistics.ts'
+import { type ModelConfig, type ModelInput, type ModelOutput } from '../repository/types.ts'
+import { type ModelStatistics, type VersionStatistics } from './statistics.ts'
 import { validateInferRequest } from './validate-request.ts'
 
 /**
@@ -52,19 +54,56 @@ export interface InferenceServiceOptions {
   readonly statistics: ModelStatistics
   /** True once the worker is shutting down: from then on it is not ready (gateways stop sending). */
   readonly draining: () => boolean
+  /**
+   * The worker's response cache (`--cache-config local,size=N`), used by the versions whose config enables
+   * `response_cache`; absent: no version caches, whatever its config says, as in Triton without a cache.
+   */
+  readonly responseCache?: ResponseCache
+  /** Monotonic nanoseconds for the cache statistics (`process.hrtime.bigint` by default). */
+  readonly now?: () => bigint
 }
 
 const DIGITS = /^[0-9]+$/
+
+/**
+ * The cache keys of the worker: it stores decoded answers, which any wire form can encode, so the parameters that
+ * only choose the form (`binary_data`, `binary_data_output`) are left out and a JSON client and a binary one share
+ * an entry, as in Triton, whose key has no parameters at all.
+ */
+const KEY_OPTIONS: RequestKeyOptions = Object.freeze({ answerForm: false })
+
+/** What a caching version needs per request, found once per loaded version. */
+interface CacheUse {
+  readonly cache: ResponseCache
+  readonly version: string
+  readonly stats: VersionStatistics | undefined
+}
+
+/**
+ * Whether a version with this config uses `cache`: Triton caches only when the server has a cache and the model's
+ * config enables it (core src/dynamic_batch_scheduler.cc: `response_cache_enable && server->ResponseCacheEnabled()`).
+ * A model that enables it on a worker without a cache loads and runs uncached. Decoupled and sequence-batching
+ * models never get here: their config is refused at load (worker/repository/model-config.ts), with Triton's texts.
+ */
+export function usesResponseCache (config: ModelConfig, cache: ResponseCache | undefined): boolean {
+  return cache !== undefined && config.response_cache?.enable === true
+}
 
 export class InferenceService {
   readonly #repository: ModelRepository
   readonly #statistics: ModelStatistics
   readonly #draining: () => boolean
+  readonly #cache: ResponseCache | undefined
+  readonly #now: () => bigint
+  /** Per loaded version: how it caches, or null when it does not. A version loaded again is a new object. */
+  readonly #cacheUse = new WeakMap<LoadedVersion, CacheUse | null>()
 
   constructor (options: InferenceServiceOptions) {
     this.#repository = options.repository
     this.#statistics = options.statistics
     this.#draining = options.draining
+    this.#cache = options.responseCache
+    this.#now = options.now ?? process.hrtime.bigint
   }
 
   /** Live as long as the process answers (Triton: once initialised). */
@@ -113,6 +152,45 @@ export class InferenceService {
    */
   async infer (loaded: LoadedVersion, request: InferRequest): Promise<InferResponse> {
     const batchSize = validateInferRequest(loaded.config, request, loaded.name)
+    const use = this.#cacheUseOf(loaded)
+    if (use === null) return this.#execute(loaded, request, batchSize)
+
+    // Triton's order (core src/dynamic_batch_scheduler.cc Enqueue and CacheLookUp): the key, then the lookup, before
+    // the request is queued; a hit is answered at once and never reaches the scheduler.
+    const now = this.#now
+    const startNs = now()
+    const { key, check } = requestKey(loaded.name, use.version, request, KEY_OPTIONS)
+    const lookupStartNs = now()
+    const entry = use.cache.lookup(key, check)
+    const lookupNs = use.cache.lastNs
+    if (entry !== undefined) {
+      const out = answerFromCache(loaded, request, entry)
+      use.stats?.cacheHit(now() - startNs, lookupStartNs - startNs, lookupNs)
+      return out
+    }
+    // A failure throws past this: it is counted as a failure, never as a miss, and nothing is stored.
+    const out = await this.#execute(loaded, request, batchSize)
+    const stored = use.cache.insert(key, check, out.outputs, out.parameters)
+    // Two identical requests that both missed: the second finds the first's answer stored and, as in Triton (its
+    // insert answers ALREADY_EXISTS), is not counted as a miss.
+    if (stored !== 'exists') use.stats?.cacheMiss(lookupNs + use.cache.lastNs)
+    return out
+  }
+
+  /** How `loaded` caches (null: it does not), worked out on its first request. */
+  #cacheUseOf (loaded: LoadedVersion): CacheUse | null {
+    let use = this.#cacheUse.get(loaded)
+    if (use === undefined) {
+      use = usesResponseCache(loaded.config, this.#cache)
+        ? { cache: this.#cache!, version: String(loaded.version), stats: this.#statistics.get(loaded.name, loaded.version) }
+        : null
+      this.#cacheUse.set(loaded, use)
+    }
+    return use
+  }
+
+  /** Hands a validated request to the version's scheduler and shapes its answer. */
+  async #execute (loaded: LoadedVersion, request: InferRequest, batchSize: number): Promise<InferResponse> {
     const requested = request.outputs?.map(o => o.name) ?? loaded.config.output.map(o => o.name)
 
     // Statistics and metrics are the scheduler's to report (its observer): only requests that reach it count.
@@ -171,4 +249,15 @@ export class InferenceService {
   index (readyOnly: boolean): IndexEntry[] {
     return this.#repository.index(readyOnly)
   }
+}
+
+/**
+ * A cached answer for one request: the stored outputs (never copied: nothing downstream writes to a response's
+ * tensors) under this request's own id.
+ */
+function answerFromCache (loaded: LoadedVersion, request: InferRequest, entry: CachedResponse): InferResponse {
+  const out: InferResponse = { model_name: loaded.name, model_version: String(loaded.version), outputs: entry.outputs.slice() }
+  if (request.id !== undefined && request.id !== '') out.id = request.id
+  if (entry.parameters !== undefined) out.parameters = entry.parameters
+  return out
 }

@@ -9,6 +9,13 @@
  * `inference_count` and its times to `success`, `queue` and the three compute phases; a failure after enqueue adds
  * its time to `fail` only; each execution adds one to `execution_count` and to its size's `batch_stats`, and stamps
  * `last_inference` with the wall clock.
+ *
+ * With the response cache (worker/cache/response-cache.ts), the inference service reports the two cache outcomes
+ * here, as Triton's `UpdateSuccessCacheHit` and `UpdateSuccessCacheMiss` do: a hit is a success (count, request
+ * time, queue time up to the lookup) plus `cache_hit` (count, lookup time), and nothing else: no inference count, no
+ * execution, no compute time, no `last_inference`; so the compute counts are `success.count - cache_hit.count`. A
+ * miss runs as any request (the scheduler reports it) and then adds `cache_miss` (count, lookup + insert time), that
+ * same time to the request's, and nothing to the success count.
  */
 import { type FailureReason, type RequestTiming, type SchedulerObserver } from '../scheduler/types.ts'
 
@@ -73,15 +80,30 @@ export class VersionStatistics implements SchedulerObserver {
   computeInferUs = 0
   computeOutputUs = 0
 
+  /**
+   * Whether this version uses the response cache (its config enables it and the worker has one): only then does it
+   * have `nv_cache_*_per_model` series, as Triton creates them only for such models.
+   */
+  readonly cacheEnabled: boolean
+  cacheHitCount = 0
+  cacheHitNs = 0n
+  cacheMissCount = 0
+  cacheMissNs = 0n
+  /** For `nv_cache_hit_duration_per_model` / `nv_cache_miss_duration_per_model`, truncated per request. */
+  cacheHitUs = 0
+  cacheMissUs = 0
+
   readonly #wallClock: () => number
   readonly #latency: { observe (ms: number): void } | undefined
 
-  constructor (name: string, version: number, wallClock: () => number = Date.now, latency?: { observe (ms: number): void }) {
+  constructor (name: string, version: number, wallClock: () => number = Date.now, latency?: { observe (ms: number): void },
+    cacheEnabled = false) {
     this.name = name
     this.version = version
     this.labels = { model: name, version: String(version) }
     this.#wallClock = wallClock
     this.#latency = latency
+    this.cacheEnabled = cacheEnabled
   }
 
   requestDone (ok: boolean, reason: FailureReason | undefined, batchSize: number, totalNs: bigint, timing: RequestTiming): void {
@@ -110,6 +132,36 @@ export class VersionStatistics implements SchedulerObserver {
     }
     // Whole milliseconds, as Triton observes its first-response histogram; a request here has one response.
     this.#latency?.observe(Math.floor(Number(totalNs) / 1e6))
+  }
+
+  /**
+   * A request answered from the response cache, without reaching the scheduler.
+   * @param totalNs from its arrival at the service to its answer
+   * @param queueNs from its arrival to the start of the lookup (its key's hashing), Triton's queue time of a hit
+   * @param lookupNs the lookup
+   */
+  cacheHit (totalNs: bigint, queueNs: bigint, lookupNs: bigint): void {
+    this.successCount++
+    this.successNs += totalNs
+    this.queueNs += queueNs
+    this.requestUs += micros(totalNs)
+    this.queueUs += micros(queueNs)
+    this.cacheHitCount++
+    this.cacheHitNs += lookupNs
+    this.cacheHitUs += micros(lookupNs)
+    this.#latency?.observe(Math.floor(Number(totalNs) / 1e6))
+  }
+
+  /**
+   * A request that missed, ran (and was reported by the scheduler as a success), and whose answer was offered to the
+   * cache. `ns` is the lookup plus the insert, which Triton adds to the request's duration too.
+   */
+  cacheMiss (ns: bigint): void {
+    this.successNs += ns
+    this.requestUs += micros(ns)
+    this.cacheMissCount++
+    this.cacheMissNs += ns
+    this.cacheMissUs += micros(ns)
   }
 
   batchDone (size: number, computeInputNs: bigint, computeInferNs: bigint, computeOutputNs: bigint): void {
@@ -143,8 +195,8 @@ export class VersionStatistics implements SchedulerObserver {
    * `JSON.stringify` refuses, and must print as exact integers.
    */
   toJson (): string {
-    // No response cache yet: every success was computed, and cache_hit / cache_miss stay zero.
-    const computeCount = this.successCount
+    // Cache hits are successes that computed nothing (Triton: compute count = success - cache_hit).
+    const computeCount = this.successCount - this.cacheHitCount
     const batchStats = [...this.batches.keys()].sort((a, b) => a - b).map(size => {
       const b = this.batches.get(size)!
       return `{"batch_size":${size},"compute_input":${duration(b.count, b.computeInputNs)},` +
@@ -158,7 +210,8 @@ export class VersionStatistics implements SchedulerObserver {
       `"compute_input":${duration(computeCount, this.computeInputNs)},` +
       `"compute_infer":${duration(computeCount, this.computeInferNs)},` +
       `"compute_output":${duration(computeCount, this.computeOutputNs)},` +
-      `"cache_hit":${duration(0, 0n)},"cache_miss":${duration(0, 0n)}},` +
+      `"cache_hit":${duration(this.cacheHitCount, this.cacheHitNs)},` +
+      `"cache_miss":${duration(this.cacheMissCount, this.cacheMissNs)}},` +
       `"response_stats":{},"batch_stats":[${batchStats.join(',')}],"memory_usage":[]}`
   }
 }
@@ -182,14 +235,15 @@ export class ModelStatistics {
   /**
    * The observer for a version that is being loaded: the model repository calls it once per version and hands the
    * result to the version's scheduler. A version loaded again starts from zero, as a reloaded Triton model does.
+   * @param options.cacheEnabled whether the version uses the response cache (its cache series then exist)
    */
-  observerFor (model: string, version: number): VersionStatistics {
+  observerFor (model: string, version: number, options: { readonly cacheEnabled?: boolean } = {}): VersionStatistics {
     let versions = this.#models.get(model)
     if (versions === undefined) {
       versions = new Map()
       this.#models.set(model, versions)
     }
-    const stats = new VersionStatistics(model, version, this.#wallClock, this.#latency?.(model, version))
+    const stats = new VersionStatistics(model, version, this.#wallClock, this.#latency?.(model, version), options.cacheEnabled === true)
     versions.set(version, stats)
     return stats
   }

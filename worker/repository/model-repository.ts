@@ -62,9 +62,10 @@ export interface ModelRepositoryOptions {
   getBackend?: (name: string, modelName: string) => Backend
   /**
    * The statistics observer of one version, asked once when the version gets its scheduler (after warmup, so
-   * warmup is not counted); undefined: none.
+   * warmup is not counted), with the version's config (whether it uses the response cache, for one); undefined:
+   * none.
    */
-  observer?: (model: string, version: number) => SchedulerObserver | undefined
+  observer?: (model: string, version: number, config: ModelConfig) => SchedulerObserver | undefined
   /** The GPUs instances may use (the native module's `devices()`); none by default. */
   devices?: DeviceLister
 }
@@ -88,7 +89,7 @@ export class ModelRepository {
   readonly #logger: Logger
   readonly #random: () => number
   readonly #getBackend: (name: string, modelName: string) => Backend
-  readonly #observer: ((model: string, version: number) => SchedulerObserver | undefined) | undefined
+  readonly #observer: ((model: string, version: number, config: ModelConfig) => SchedulerObserver | undefined) | undefined
   readonly #devices: DeviceLister
   readonly #models = new Map<string, ModelRecord>()
 
@@ -184,7 +185,7 @@ export class ModelRepository {
       // Not READY before every instance ran every warmup sample.
       const samples = await buildWarmupSamples(config, { modelName: record.name, modelDir, random: this.#random })
       await warmUp(record.name, instances, samples)
-      const observer = this.#observer?.(record.name, version)
+      const observer = this.#observer?.(record.name, version, config)
       const options: SchedulerOptions = {
         modelName: record.name, version, config, instances, ...(observer !== undefined ? { observer } : {})
       }

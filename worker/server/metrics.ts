@@ -13,6 +13,7 @@
 import { createServer, type Server } from 'node:http'
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client'
 import { errorBody } from '../../common/errors.ts'
+import { type ResponseCacheStats } from '../cache/response-cache.ts'
 import { FAILURE_REASONS, type VersionStatistics } from '../inference/statistics.ts'
 
 /**
@@ -79,6 +80,11 @@ export interface MetricSources {
   statistics (): Iterable<VersionStatistics>
   /** The pending requests of each READY version. */
   pending (): Iterable<PendingCount>
+  /**
+   * The response cache's own counters, when the worker has a cache (`--cache-config`): its families exist only
+   * then, and the per-model series only for the versions that use it.
+   */
+  cache?: () => ResponseCacheStats
 }
 
 type ModelLabels = 'model' | 'version'
@@ -130,6 +136,7 @@ export class WorkerMetrics {
     statistic('nv_inference_compute_output_duration_us',
       'Cumulative inference compute output duration in microseconds (does not include cached requests)',
       s => s.computeOutputUs)
+    if (sources.cache !== undefined) this.#cacheFamilies(sources.cache, sources.statistics)
     new Gauge<ModelLabels>({
       name: 'nv_inference_pending_request_count',
       help: 'Instantaneous number of pending requests awaiting execution per-model.',
@@ -141,6 +148,49 @@ export class WorkerMetrics {
       }
     })
     collectDefaultMetrics({ register: this.registry })
+  }
+
+  /**
+   * The response cache's families, by Triton's names (core src/metrics.cc, src/metric_model_reporter.cc).
+   *
+   * Per model version, counters that Triton 23.03 and later create only for models that use the cache:
+   * `nv_cache_num_hits_per_model`, `nv_cache_num_misses_per_model`, and `nv_cache_hit_duration_per_model`,
+   * `nv_cache_miss_duration_per_model` in microseconds (a miss: lookup + insert). They are the statistics'
+   * `cache_hit` / `cache_miss`, read at scrape time.
+   *
+   * Cache-wide gauges, without labels: Triton 2.x exported these for its built-in cache until the cache moved behind
+   * the TRITONCACHE API in 23.03 (the `local` cache library exports none since); kept by the same names because they
+   * show what the per-model counters cannot, the byte budget: `nv_cache_num_entries`, `nv_cache_num_lookups`,
+   * `nv_cache_num_hits`, `nv_cache_num_misses`, `nv_cache_num_evictions`, `nv_cache_lookup_duration` and
+   * `nv_cache_insertion_duration` (µs), `nv_cache_util` (bytes held / size, 0 to 1).
+   */
+  #cacheFamilies (cache: () => ResponseCacheStats, statistics: () => Iterable<VersionStatistics>): void {
+    const registers = [this.registry]
+    const perModel = (name: string, help: string, value: (s: VersionStatistics) => number): void => {
+      new Counter<ModelLabels>({
+        name, help, labelNames: ['model', 'version'], registers,
+        collect () {
+          this.reset()
+          for (const s of statistics()) if (s.cacheEnabled) this.inc(s.labels, value(s))
+        }
+      })
+    }
+    perModel('nv_cache_num_hits_per_model', 'Number of cache hits per model', s => s.cacheHitCount)
+    perModel('nv_cache_num_misses_per_model', 'Number of cache misses per model', s => s.cacheMissCount)
+    perModel('nv_cache_hit_duration_per_model', 'Total cache hit duration per model, in microseconds', s => s.cacheHitUs)
+    perModel('nv_cache_miss_duration_per_model',
+      'Total cache miss (insert+lookup) duration per model, in microseconds', s => s.cacheMissUs)
+    const gauge = (name: string, help: string, value: (c: ResponseCacheStats) => number): void => {
+      new Gauge({ name, help, registers, collect () { this.set(value(cache())) } })
+    }
+    gauge('nv_cache_num_entries', 'Number of responses stored in response cache', c => c.entries)
+    gauge('nv_cache_num_lookups', 'Number of cache lookups in response cache', c => c.lookups)
+    gauge('nv_cache_num_hits', 'Number of cache hits in response cache', c => c.hits)
+    gauge('nv_cache_num_misses', 'Number of cache misses in response cache', c => c.misses)
+    gauge('nv_cache_num_evictions', 'Number of cache evictions in response cache', c => c.evictions)
+    gauge('nv_cache_lookup_duration', 'Total cache lookup duration (hit and miss), in microseconds', c => c.lookupUs)
+    gauge('nv_cache_insertion_duration', 'Total cache insertion duration, in microseconds', c => c.insertionUs)
+    gauge('nv_cache_util', 'Cache utilization [0.0 - 1.0]', c => c.bytes / c.sizeBytes)
   }
 
   /** A version's series of `nv_inference_first_response_histogram_ms` (`StatisticsOptions.latency`), from zero. */

@@ -47,7 +47,8 @@ load_balancer:
   type: round_robin
 `
 
-const TOP = 'model_repository, inference_servers, load_balancer, models, canary, retries, health_check, outlier_detection, gateway'
+const TOP = 'model_repository, inference_servers, load_balancer, models, canary, retries, cache, health_check, outlier_detection, gateway'
+const CACHE_DEFAULTS = { max_bytes: 268435456, max_entry_bytes: 1048576, ttl_ms: 0, coalesce: false, coalesce_timeout_ms: 5000 }
 const SERVER_KEYS = 'name, host, port, grpc_port, models, weight, protocol, labels, versions, max_in_flight'
 const GATEWAY_KEYS = 'host, http_port, grpc_port, metrics_port, max_body_bytes, request_timeout_ms, max_header_bytes, ' +
   'max_header_count, header_timeout_ms, body_timeout_ms, idle_timeout_ms, ready_when, max_in_flight_per_server, max_queued_requests, queue_timeout_ms, admin_host, admin_port, admin_token_file, ' +
@@ -120,6 +121,7 @@ t.test('the seed fleet file loads unchanged', async (t) => {
     models: {},
     canary: {},
     retries: RETRY_DEFAULTS,
+    cache: CACHE_DEFAULTS,
     health_check: { enabled: true, interval_ms: 2000, timeout_ms: 1000, jitter_percent: 10, healthy_threshold: 2, unhealthy_threshold: 3 },
     outlier_detection: { enabled: true, consecutive_failures: 5, base_ejection_time_ms: 30000, max_ejection_time_ms: 300000, max_ejection_percent: 10 },
     gateway: GATEWAY_DEFAULTS
@@ -154,6 +156,7 @@ t.test('every optional key', async (t) => {
     models: {},
     canary: {},
     retries: RETRY_DEFAULTS,
+    cache: CACHE_DEFAULTS,
     health_check: { enabled: true, interval_ms: 500, timeout_ms: 200, jitter_percent: 0, healthy_threshold: 1, unhealthy_threshold: 2 },
     outlier_detection: { enabled: false, consecutive_failures: 3, base_ejection_time_ms: 1000, max_ejection_time_ms: 5000, max_ejection_percent: 50 },
     gateway: { ...GATEWAY_DEFAULTS, host: '0.0.0.0', http_port: 0, metrics_port: 0, max_body_bytes: 1024, request_timeout_ms: 500 }
@@ -204,7 +207,7 @@ t.test('fixtures: each problem names the file, line, column and key', async (t) 
       '18:30: health_check.interval_ms must be an integer in 100..2147483647, got 10',
       "18:34: unknown key 'healthy' in health_check (allowed: enabled, interval_ms, timeout_ms, jitter_percent, healthy_threshold, unhealthy_threshold)",
       '19:73: outlier_detection.max_ejection_time_ms (1000) must be at least base_ejection_time_ms (5000)',
-      `20:1: unknown key 'cache' at the top level (allowed: ${TOP})`
+      `20:1: unknown key 'response_cache' at the top level (allowed: ${TOP})`
     ]]
   ]
   for (const [file, expected] of cases) {
@@ -329,8 +332,10 @@ t.test('inline bad fleets', async (t) => {
       'fleet.yaml:8:12: load_balancer.servers must not be empty (omit it to send traffic to every inference server)'],
     ['unknown key in a balancer server', BASE + '  servers: [{ name: a, weight: 2 }]\n',
       "fleet.yaml:8:24: unknown key 'weight' in load_balancer.servers[0] (allowed: name)"],
-    ['a planned top-level key', BASE + 'cache: { size: 5 }\n',
-      `fleet.yaml:8:1: unknown key 'cache' at the top level (allowed: ${TOP})`],
+    ['unknown key in cache', BASE + 'cache: { size: 5 }\n',
+      "fleet.yaml:8:10: unknown key 'size' in cache (allowed: max_bytes, max_entry_bytes, ttl_ms, coalesce, coalesce_timeout_ms, models, redis)"],
+    ['cache.redis.url not a redis URL', BASE + 'cache: { redis: { url: "http://x:1" } }\n',
+      "fleet.yaml:8:24: cache.redis.url 'http://x:1' is not a redis:// or rediss:// URL"],
     ['health check enabled is not a boolean', BASE + 'health_check: { enabled: yes }\n',
       "fleet.yaml:8:26: health_check.enabled must be true or false, got 'yes' (a string)"],
     ['panic threshold over 100', BASE + '  panic_threshold_percent: 101\n',

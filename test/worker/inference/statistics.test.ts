@@ -87,6 +87,40 @@ t.test('an observer fed by hand: exact counts and nanoseconds', async t => {
   t.equal(o.failures('BACKEND'), 0)
 })
 
+t.test('response cache hits and misses, counted as Triton counts them', async t => {
+  let wall = 1_700_000_000_000
+  const seen: number[] = []
+  const stats = new ModelStatistics({ wallClock: () => wall, latency: () => ({ observe: (ms: number) => { seen.push(ms) } }) })
+  const o = stats.observerFor('m', 1, { cacheEnabled: true })
+  t.equal(o.cacheEnabled, true)
+  t.equal(stats.observerFor('n', 1).cacheEnabled, false, 'off unless the version uses the cache')
+
+  // A miss: the scheduler reports it, then the service adds lookup + insert.
+  o.batchDone(2, 10n, 100n, 20n)
+  o.requestDone(true, undefined, 2, 1_000n, timing(50n, 10n, 100n, 20n))
+  o.cacheMiss(30n)
+  wall += 1_000
+  // Two hits: total, queue (up to the lookup), lookup.
+  o.cacheHit(2_000_000n, 40n, 15n)
+  o.cacheHit(300n, 20n, 5n)
+
+  const json = JSON.parse(stats.toJson([{ name: 'm', version: 1 }])).model_stats[0]
+  t.equal(json.last_inference, 1_700_000_000_000, 'a hit is not an inference: last_inference stays')
+  t.equal(json.inference_count, 2, 'the miss only')
+  t.equal(json.execution_count, 1)
+  t.strictSame(json.inference_stats, {
+    success: { count: 3, ns: 1_000 + 30 + 2_000_000 + 300 },
+    fail: { count: 0, ns: 0 },
+    queue: { count: 3, ns: 50 + 40 + 20 },
+    compute_input: { count: 1, ns: 10 },
+    compute_infer: { count: 1, ns: 100 },
+    compute_output: { count: 1, ns: 20 },
+    cache_hit: { count: 2, ns: 20 },
+    cache_miss: { count: 1, ns: 30 }
+  })
+  t.strictSame(seen, [0, 2, 0], 'every answered request is seen by the latency histogram, hits too')
+})
+
 t.test('nanosecond sums beyond 2^53 print exactly', async t => {
   const stats = new ModelStatistics()
   const o = stats.observerFor('m', 1)

@@ -2,6 +2,7 @@ import t, { type Test } from 'tap'
 import { silentLogger } from '../../../common/logger.ts'
 import { startWorker, type RunningWorker } from '../../../worker/main.ts'
 import { type RequestTiming } from '../../../worker/scheduler/types.ts'
+import { type ResponseCacheStats } from '../../../worker/cache/response-cache.ts'
 import { WorkerMetrics, type PendingCount } from '../../../worker/server/metrics.ts'
 import { ModelStatistics } from '../../../worker/inference/statistics.ts'
 import { http, post } from '../../helpers/http.ts'
@@ -75,6 +76,67 @@ t.test('Triton\'s families, names, labels, help texts and units, from the statis
     'nv_inference_first_response_histogram_ms_bucket{model="m",version="1",le="5000"} 3',
     'nv_inference_first_response_histogram_ms_bucket{model="m",version="1",le="+Inf"} 4'
   ].join('\n'))
+})
+
+t.test('with a response cache: Triton\'s cache families, per-model series only for the versions that use it', async t => {
+  const cacheStats: ResponseCacheStats = {
+    entries: 3, bytes: 512, sizeBytes: 2048, lookups: 7, hits: 4, misses: 3, evictions: 1, insertFailures: 0, lookupUs: 12, insertionUs: 9
+  }
+  const metrics: WorkerMetrics = new WorkerMetrics({ statistics: () => stats.all(), pending: () => [], cache: () => cacheStats })
+  const stats: ModelStatistics = new ModelStatistics({ latency: (m, v) => metrics.latency(m, v) })
+  const cached = stats.observerFor('c', 1, { cacheEnabled: true })
+  stats.observerFor('plain', 1)
+  cached.batchDone(1, 1_000n, 2_000n, 3_000n)
+  cached.requestDone(true, undefined, 1, 100_000n, timing(10_000n, 1_000n, 2_000n, 3_000n))
+  cached.cacheMiss(3_999n)
+  cached.cacheHit(20_000n, 5_000n, 1_500n)
+  cached.cacheHit(20_999n, 5_999n, 1_999n)
+
+  const text = tritonLines(await metrics.metrics())
+  const family = (name: string): string => text.split('\n').filter(l => l.includes(` ${name} `) || l.startsWith(`${name}{`) || l.startsWith(`${name} `)).join('\n')
+  t.equal(family('nv_cache_num_hits_per_model'), [
+    '# HELP nv_cache_num_hits_per_model Number of cache hits per model',
+    '# TYPE nv_cache_num_hits_per_model counter',
+    'nv_cache_num_hits_per_model{model="c",version="1"} 2'
+  ].join('\n'), 'no series for the version without the cache')
+  t.equal(family('nv_cache_num_misses_per_model'), [
+    '# HELP nv_cache_num_misses_per_model Number of cache misses per model',
+    '# TYPE nv_cache_num_misses_per_model counter',
+    'nv_cache_num_misses_per_model{model="c",version="1"} 1'
+  ].join('\n'))
+  t.equal(family('nv_cache_hit_duration_per_model'), [
+    '# HELP nv_cache_hit_duration_per_model Total cache hit duration per model, in microseconds',
+    '# TYPE nv_cache_hit_duration_per_model counter',
+    'nv_cache_hit_duration_per_model{model="c",version="1"} 2'
+  ].join('\n'), 'µs truncated per request: 1 + 1')
+  t.equal(family('nv_cache_miss_duration_per_model'), [
+    '# HELP nv_cache_miss_duration_per_model Total cache miss (insert+lookup) duration per model, in microseconds',
+    '# TYPE nv_cache_miss_duration_per_model counter',
+    'nv_cache_miss_duration_per_model{model="c",version="1"} 3'
+  ].join('\n'))
+  t.match(text, 'nv_inference_request_success{model="c",version="1"} 3', 'hits are successes')
+  t.match(text, 'nv_inference_count{model="c",version="1"} 1', 'hits are not inferences')
+  t.match(text, 'nv_inference_exec_count{model="c",version="1"} 1')
+  t.match(text, 'nv_inference_request_duration_us{model="c",version="1"} 143', '100 + 3 (the miss) + 20 + 20 (the hits), truncated per request')
+  t.match(text, 'nv_inference_queue_duration_us{model="c",version="1"} 20', '10 + 5 + 5')
+  t.match(text, 'nv_inference_compute_infer_duration_us{model="c",version="1"} 2', 'hits compute nothing')
+  t.match(text, 'nv_inference_first_response_histogram_ms_count{model="c",version="1"} 3')
+  for (const [name, help, value] of [
+    ['nv_cache_num_entries', 'Number of responses stored in response cache', 3],
+    ['nv_cache_num_lookups', 'Number of cache lookups in response cache', 7],
+    ['nv_cache_num_hits', 'Number of cache hits in response cache', 4],
+    ['nv_cache_num_misses', 'Number of cache misses in response cache', 3],
+    ['nv_cache_num_evictions', 'Number of cache evictions in response cache', 1],
+    ['nv_cache_lookup_duration', 'Total cache lookup duration (hit and miss), in microseconds', 12],
+    ['nv_cache_insertion_duration', 'Total cache insertion duration, in microseconds', 9],
+    ['nv_cache_util', 'Cache utilization [0.0 - 1.0]', 0.25]
+  ] as const) {
+    t.equal(family(name), [`# HELP ${name} ${help}`, `# TYPE ${name} gauge`, `${name} ${value}`].join('\n'), name)
+  }
+
+  const without = fixture()
+  without.stats.observerFor('c', 1, { cacheEnabled: true })
+  t.notMatch(await without.metrics.metrics(), /nv_cache_/, 'a worker without a cache has no cache families')
 })
 
 t.test('every series exists at zero from load time; a reloaded version starts again from zero', async t => {
