@@ -99,7 +99,11 @@ export class ResponseCache {
   readonly #wallClock: () => number
   readonly #observer: CacheObserver
   readonly #coalescer: Coalescer<CachedAnswer>
-  /** Per model, the version its answers last named: a change drops its entries. */
+  /**
+   * Per model and target (the version or canary side a request goes to), the version its answers last named: a
+   * change drops the model's entries. Per target, because a canary split by versions answers with two versions at
+   * once, each stable on its side.
+   */
   readonly #versions = new Map<string, string>()
 
   constructor (options: ResponseCacheOptions) {
@@ -149,7 +153,7 @@ export class ResponseCache {
     const { key, check, id } = keyed
 
     if (policy.cached && !(control !== undefined && NO_CACHE.test(control))) {
-      const found = await this.#lookup(key, check, policy)
+      const found = await this.#lookup(key, check, policy, targetOf(call))
       if (found !== undefined) return this.#answer(model, found, id, 'hit')
     }
 
@@ -167,7 +171,7 @@ export class ResponseCache {
       const result = await send()
       if (result.ok && result.response.statusCode === 200 && result.response.body.length <= this.#settings.max_entry_bytes) {
         shared = toCachedAnswer(model, check, result.response, this.#wallClock())
-        if (shared !== undefined && policy.cached) this.#store(key, shared, policy)
+        if (shared !== undefined && policy.cached) this.#store(key, shared, policy, targetOf(call))
       }
       return this.#counted(model, policy, result, 'miss')
     } finally {
@@ -199,14 +203,14 @@ export class ResponseCache {
       decided_by: own !== undefined ? 'fleet file (cache.models)' : fromConfig !== undefined ? 'config.pbtxt response_cache' : 'default (off)',
       coalesce: policy.coalesce,
       ttl_ms: policy.ttlMs ?? null,
-      version: this.#versions.get(model) ?? null
+      version: this.#versions.get(targetKey(model, undefined)) ?? null
     }
   }
 
   /** Drops `model`'s entries (every entry when undefined) from both tiers; how many the local tier held. */
   async purge (model?: string): Promise<{ local: number, shared: number | undefined }> {
     if (model === undefined) this.#versions.clear()
-    else this.#versions.delete(model)
+    else for (const key of [...this.#versions.keys()]) if (key.startsWith(targetKey(model, ''))) this.#versions.delete(key)
     const [local, shared] = await Promise.all([this.#local.purge(model), this.#shared?.purge(model)])
     return { local, shared }
   }
@@ -236,24 +240,24 @@ export class ResponseCache {
     }
   }
 
-  async #lookup (key: string, check: string, policy: ModelCachePolicy): Promise<CachedAnswer | undefined> {
+  async #lookup (key: string, check: string, policy: ModelCachePolicy, target: string): Promise<CachedAnswer | undefined> {
     const local = this.#local.peek(key)
     if (local !== undefined) return local.check === check ? local : undefined
     const shared = this.#shared === undefined ? undefined : await this.#shared.get(key)
     if (shared === undefined || shared.check !== check) return undefined
     // A model whose versions changed since it was stored: stale (its entries are being purged).
-    const seen = this.#versions.get(shared.model)
+    const seen = this.#versions.get(target)
     if (seen !== undefined && seen !== shared.version) return undefined
     this.#local.put(key, shared, remainingTtl(shared, policy, this.#wallClock()))
     return shared
   }
 
-  #store (key: string, answer: CachedAnswer, policy: ModelCachePolicy): void {
-    const seen = this.#versions.get(answer.model)
-    this.#versions.set(answer.model, answer.version)
+  #store (key: string, answer: CachedAnswer, policy: ModelCachePolicy, target: string): void {
+    const seen = this.#versions.get(target)
+    this.#versions.set(target, answer.version)
     if (seen !== undefined && seen !== answer.version) {
       // The fleet now serves another version: everything stored for the model answered for the old one.
-      void this.purge(answer.model).then(() => { this.#versions.set(answer.model, answer.version) })
+      void this.purge(answer.model).then(() => { this.#versions.set(target, answer.version) })
     }
     this.#local.put(key, answer, policy.ttlMs)
     void this.#shared?.set(key, answer, policy.ttlMs)
@@ -275,6 +279,15 @@ export class ResponseCache {
     this.#observer.request?.(model, as)
     return { ...result, cache: as }
   }
+}
+
+/** The {@link ResponseCache} version-tracking key of a model and the target its requests go to. */
+function targetKey (model: string, target: string | undefined): string {
+  return `${model}\n${target ?? ''}`
+}
+
+function targetOf (call: CacheCall): string {
+  return targetKey(call.model, call.target)
 }
 
 /** What is left of a shared entry's TTL when it is copied into the local tier. */

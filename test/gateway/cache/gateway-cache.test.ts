@@ -108,3 +108,38 @@ t.test('stats and purge through the admin API and the CLI; the metrics count wha
   t.match(metrics, /flotilla_cache_entries [0-9]/)
   t.match(metrics, /flotilla_cache_bytes [0-9]/)
 })
+
+t.test('a canary split by versions: each side is served its own cached answers, never the other side\'s', async (t) => {
+  const versioned = t.testdir({
+    split: { 'config.pbtxt': identityConfig('split', 'TYPE_FP32', [-1]) + '\nversion_policy: { all: {} }', 1: {}, 2: {} }
+  })
+  const w = await startWorker({ modelRepository: versioned, httpPort: 0, grpcPort: -1, metricsPort: -1, logger: silentLogger(), shutdownQuietMs: 0 })
+  t.teardown(() => w.close())
+  const g = await startGateway({
+    config: parseFleetConfig([
+      'inference_servers:',
+      `  - { name: w, host: 127.0.0.1, port: ${w.httpPort}, models: [split] }`,
+      'load_balancer: { type: round_robin }',
+      'cache: { models: { split: { enabled: true } } }',
+      'canary: { split: { baseline_version: 1, canary_version: 2, percent: 50, force_header: { name: x-canary, value: "1" } } }',
+      'gateway: { http_port: 0, grpc_port: -1, metrics_port: 0, admin_port: -1 }'
+    ].join('\n') + '\n', { file: 'fleet.yaml', isKnownStrategy: hasBalancer }),
+    logger: silentLogger()
+  })
+  t.teardown(() => g.close())
+  const seen: Array<{ forced: boolean, cache: unknown, version: string }> = []
+  for (let i = 0; i < 40; i++) {
+    const forced = i % 4 === 0
+    const res = await request(`http://127.0.0.1:${g.httpPort}/v2/models/split/infer`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...(forced ? { 'x-canary': '1' } : {}) },
+      body: JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [1], data: [7] }] })
+    })
+    const body = await res.body.json() as { model_version: string }
+    seen.push({ forced, cache: res.headers['x-flotilla-cache'], version: body.model_version })
+  }
+  t.ok(seen.filter((s) => s.forced).every((s) => s.version === '2'), 'every forced request answered by the canary, hits included')
+  const hits = seen.filter((s) => s.cache === 'hit')
+  t.ok(hits.some((s) => s.version === '1') && hits.some((s) => s.version === '2'), 'both sides served hits')
+  t.equal(seen.filter((s) => s.cache === 'miss').length, 2, 'one miss per side, then hits')
+})
