@@ -1,6 +1,6 @@
 /**
- * bench/open-loop: an open-loop HTTP load generator, run as its own process by `routing-quality` so that it does
- * not share an event loop with anything it measures.
+ * bench/open-loop: an open-loop HTTP load generator, run as its own process by `routing-quality` and `cache` so that
+ * it does not share an event loop with anything it measures.
  *
  *   node dist/bench/open-loop.js '<OpenLoopConfig as JSON>'
  *
@@ -17,20 +17,46 @@
  * above every answered one in the latency percentiles (a target cannot improve its p99 by failing fast); when a
  * percentile falls among the failures it is reported as `null`.
  *
+ * Every request sends the same body, unless `zipf` is set: then each request's body is `body` with its
+ * placeholder replaced by a rank drawn from a Zipf(s) distribution over 1..n (1 the most frequent), seeded apart
+ * from the arrival times, so that a cache in front of the target sees a realistic mix of repeated and new inputs,
+ * the same on every run. `countHeader` counts the answers by a response header's value (`x-flotilla-cache`).
+ *
  * Prints one line, `OPEN_LOOP_JSON {...}` ({@link OpenLoopResult}), and exits.
  */
 import { performance } from 'node:perf_hooks'
 import { Pool } from 'undici'
+import { seededRandom } from '../common/seeded-random.ts'
 import { arrivalSchedule, type ArrivalShape } from './arrivals.ts'
+
+/** Bodies drawn from a Zipf distribution: P(rank k) ∝ 1 / k^s, for k in 1..n. */
+export interface ZipfInputs {
+  /** Distinct inputs. */
+  readonly n: number
+  /** The exponent; larger is more skewed (1.1: a typical popularity curve). */
+  readonly s: number
+  /** Seeds the draws (independent of the arrival schedule's seed). */
+  readonly seed: number
+  /** Every occurrence of it in `body` is replaced by the drawn rank. */
+  readonly placeholder: string
+}
 
 /** What the parent passes as the one argument, as JSON. */
 export interface OpenLoopConfig {
   readonly host: string
   readonly port: number
   readonly path: string
-  /** The POST body, sent with `content-type: application/json`. */
+  /** The POST body, sent with `content-type: application/json`; a template when `zipf` is set. */
   readonly body: string
+  /** Draw each request's input from a Zipf distribution instead of sending `body` as it is. */
+  readonly zipf?: ZipfInputs
   readonly shape: ArrivalShape
+  /**
+   * Ramps the load up over the first `rampS` seconds: an arrival at t < rampS is kept with probability t / rampS
+   * (seeded), so the rate rises linearly from 0 to the shape's (a thinned Poisson process is still one). For a
+   * target that starts cold, such as an empty cache; keep it within `warmupS` so the measured load is the shape's.
+   */
+  readonly rampS?: number
   readonly warmupS: number
   readonly durationS: number
   /** Deadline per request, from its scheduled time. */
@@ -39,6 +65,8 @@ export interface OpenLoopConfig {
   readonly connections: number
   /** The response header that names the server that answered, counted per value. */
   readonly endpointHeader: string
+  /** A response header whose values are counted over measured 200 answers (`headerCounts`). */
+  readonly countHeader?: string
 }
 
 /** Per value of the endpoint header: the answered measured requests, and their latency. */
@@ -50,6 +78,8 @@ export interface EndpointFigures {
 
 /** What the generator reports for the measured part of the schedule. */
 export interface OpenLoopResult {
+  /** Every request of the schedule, warm-up included. */
+  scheduled: number
   /** Requests scheduled in the measured window, and their rate. */
   offered: number
   offeredRps: number
@@ -77,6 +107,52 @@ export interface OpenLoopResult {
   maxOutstanding: number
   /** Errors during the warm-up (not in the figures above). */
   warmupErrors: number
+  /** With `countHeader`: measured 200 answers per value of that header (`(none)` when absent). */
+  headerCounts?: Record<string, number>
+  /** With `zipf`: distinct inputs in the whole schedule (warm-up included), and in its measured part. */
+  distinctInputs?: number
+  distinctMeasuredInputs?: number
+}
+
+/** `schedule` thinned over its first `rampS` seconds so that the rate rises linearly from 0 (see `rampS`). */
+function rampUp (schedule: Float64Array, rampS: number, seed: number): Float64Array {
+  if (!(rampS > 0)) return schedule
+  // Its own stream: the arrivals' seed would reuse the numbers that placed the arrivals.
+  const random = seededRandom((seed ^ 0x2545f491) >>> 0)
+  const rampMs = rampS * 1000
+  return schedule.filter((t) => t >= rampMs || random() < t / rampMs)
+}
+
+/**
+ * `count` ranks in 1..n drawn from Zipf(s) with a seeded source: inverse transform over the cumulative weights
+ * (a binary search per draw; n is at most some millions).
+ *
+ * @throws Error when n is not a positive integer or s is not a finite number >= 0
+ */
+function zipfRanks (zipf: Pick<ZipfInputs, 'n' | 's' | 'seed'>, count: number): Uint32Array {
+  if (!Number.isInteger(zipf.n) || zipf.n < 1) throw new Error(`zipf.n must be an integer >= 1, got ${zipf.n}`)
+  if (!Number.isFinite(zipf.s) || zipf.s < 0) throw new Error(`zipf.s must be a number >= 0, got ${zipf.s}`)
+  const cumulative = new Float64Array(zipf.n)
+  let total = 0
+  for (let k = 1; k <= zipf.n; k++) {
+    total += 1 / k ** zipf.s
+    cumulative[k - 1] = total
+  }
+  const random = seededRandom(zipf.seed)
+  const ranks = new Uint32Array(count)
+  for (let i = 0; i < count; i++) {
+    const u = random() * total
+    // The first rank whose cumulative weight exceeds u.
+    let lo = 0
+    let hi = zipf.n - 1
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1
+      if (cumulative[mid]! > u) hi = mid
+      else lo = mid + 1
+    }
+    ranks[i] = lo + 1
+  }
+  return ranks
 }
 
 /** The `q` quantile of `sorted` (ascending) when it holds the first `sorted.length` of `total` ranked values. */
@@ -91,7 +167,7 @@ function round3 (n: number): number {
 }
 
 async function run (config: OpenLoopConfig): Promise<OpenLoopResult> {
-  const schedule = arrivalSchedule(config.shape, config.warmupS + config.durationS)
+  const schedule = rampUp(arrivalSchedule(config.shape, config.warmupS + config.durationS), config.rampS ?? 0, config.shape.seed)
   const n = schedule.length
   const warmupMs = config.warmupS * 1000
   const windowEndMs = warmupMs + config.durationS * 1000
@@ -100,6 +176,18 @@ async function run (config: OpenLoopConfig): Promise<OpenLoopResult> {
   const completedAt = new Float64Array(n).fill(Number.NaN)
   const sendLag = new Float64Array(n)
   const endpointOf: Array<string | undefined> = new Array<string | undefined>(n)
+  const countedOf: Array<string | undefined> = new Array<string | undefined>(n)
+  // Each request's body: the one body, or the template filled with its drawn rank (built once per rank).
+  const zipf = config.zipf
+  const ranks = zipf === undefined ? undefined : zipfRanks(zipf, n)
+  const bodies = new Map<number, string>()
+  const bodyOf = (i: number): string => {
+    if (ranks === undefined || zipf === undefined) return config.body
+    const rank = ranks[i]!
+    let body = bodies.get(rank)
+    if (body === undefined) bodies.set(rank, body = config.body.split(zipf.placeholder).join(String(rank)))
+    return body
+  }
   const statuses: Record<string, number> = {}
   let firstTransportError: string | undefined
   let timeouts = 0
@@ -138,7 +226,7 @@ async function run (config: OpenLoopConfig): Promise<OpenLoopResult> {
     // The deadline runs from the scheduled time, as the latency does.
     const signal = AbortSignal.timeout(Math.max(1, Math.ceil(due + config.timeoutMs - now)))
     try {
-      const res = await pool.request({ path: config.path, method: 'POST', headers, body: config.body, signal })
+      const res = await pool.request({ path: config.path, method: 'POST', headers, body: bodyOf(i), signal })
       await res.body.arrayBuffer()
       const end = performance.now() - origin
       if (res.statusCode === 200) {
@@ -146,6 +234,10 @@ async function run (config: OpenLoopConfig): Promise<OpenLoopResult> {
         completedAt[i] = end
         const endpoint = res.headers[config.endpointHeader]
         endpointOf[i] = Array.isArray(endpoint) ? endpoint[0] : endpoint
+        if (config.countHeader !== undefined) {
+          const counted = res.headers[config.countHeader]
+          countedOf[i] = Array.isArray(counted) ? counted[0] : counted
+        }
       } else if (measured) {
         badStatus++
         statuses[res.statusCode] = (statuses[res.statusCode] ?? 0) + 1
@@ -216,6 +308,7 @@ async function run (config: OpenLoopConfig): Promise<OpenLoopResult> {
     }
   }
   const result: OpenLoopResult = {
+    scheduled: n,
     offered,
     offeredRps: round3(offered / config.durationS),
     ok: okLatencies.length,
@@ -234,12 +327,25 @@ async function run (config: OpenLoopConfig): Promise<OpenLoopResult> {
     warmupErrors
   }
   if (firstTransportError !== undefined) result.firstTransportError = firstTransportError
+  if (config.countHeader !== undefined) {
+    const counts: Record<string, number> = {}
+    for (let i = first; i < n; i++) {
+      if (Number.isNaN(latency[i]!)) continue
+      const value = countedOf[i] ?? '(none)'
+      counts[value] = (counts[value] ?? 0) + 1
+    }
+    result.headerCounts = counts
+  }
+  if (ranks !== undefined) {
+    result.distinctInputs = new Set(ranks).size
+    result.distinctMeasuredInputs = new Set(ranks.subarray(first)).size
+  }
   return result
 }
 
 const raw = process.argv[2]
 if (raw === undefined) {
-  console.error('usage: node dist/bench/open-loop.js \'<config JSON>\' (see bench/open-loop.ts; routing-quality starts it)')
+  console.error('usage: node dist/bench/open-loop.js \'<config JSON>\' (see bench/open-loop.ts; routing-quality and cache start it)')
   process.exitCode = 2
 } else {
   run(JSON.parse(raw) as OpenLoopConfig).then((result) => {

@@ -6,8 +6,10 @@
  * - A follower waits at most `timeoutMs` (a lock with a timeout, as NGINX's `proxy_cache_lock_timeout`), then goes
  *   upstream itself: a slow leader must not hold every identical request hostage.
  * - When the leader fails (anything but a complete 200), its followers are not failed with it: each goes upstream
- *   on its own, as if it had been first. A failure is the leader's (its server died, its client left), not
- *   necessarily theirs.
+ *   on its own, as if it had been first. A failure is the leader's (its server died), not necessarily theirs.
+ * - When the leader's own client leaves (its upstream request is cancelled with it), the followers are told so and
+ *   join again: one of them leads a new flight and the rest follow it, instead of all of them going upstream at once
+ *   (under overload, when clients give up, that would be a stampede of identical requests).
  * - A follower whose client leaves stops waiting; the leader goes on for the others.
  *
  * Pure logic over injected timers: what a leader shares is whatever `T` the cache gives it.
@@ -20,6 +22,8 @@ export type FollowOutcome<T> =
   | { readonly kind: 'answer', readonly value: T }
   /** The leader failed, the wait timed out, or the follower's client left: go upstream alone (or not at all). */
   | { readonly kind: 'alone', readonly why: 'leader_failed' | 'timeout' | 'aborted' }
+  /** The leader's client left before an answer: join again (one follower will lead). */
+  | { readonly kind: 'rejoin' }
 
 interface Flight<T> {
   readonly waiters: Set<(outcome: FollowOutcome<T>) => void>
@@ -27,7 +31,7 @@ interface Flight<T> {
 
 /** What a request gets from {@link Coalescer.join}: lead (and then settle), or follow. */
 export type Joined<T> =
-  | { readonly role: 'leader', settle (value: T | undefined): void }
+  | { readonly role: 'leader', settle (value: T | undefined, leaderLeft?: boolean): void }
   | { readonly role: 'follower', readonly outcome: Promise<FollowOutcome<T>> }
 
 export class Coalescer<T> {
@@ -59,11 +63,13 @@ export class Coalescer<T> {
       let settled = false
       return {
         role: 'leader',
-        settle: (value) => {
+        settle: (value, leaderLeft = false) => {
           if (settled) return
           settled = true
           if (this.#flights.get(key) === own) this.#flights.delete(key)
-          const outcome: FollowOutcome<T> = value === undefined ? { kind: 'alone', why: 'leader_failed' } : { kind: 'answer', value }
+          const outcome: FollowOutcome<T> = value !== undefined
+            ? { kind: 'answer', value }
+            : leaderLeft ? { kind: 'rejoin' } : { kind: 'alone', why: 'leader_failed' }
           for (const wake of own.waiters) wake(outcome)
           own.waiters.clear()
         }

@@ -157,9 +157,14 @@ export class ResponseCache {
       if (found !== undefined) return this.#answer(model, found, id, 'hit')
     }
 
-    const joined = this.#coalescer.join(key, call.request.signal)
-    if (joined.role === 'follower') {
+    let joined = this.#coalescer.join(key, call.request.signal)
+    while (joined.role === 'follower') {
       const outcome = await joined.outcome
+      if (outcome.kind === 'rejoin') {
+        // The leader's client left: a new flight, led by whichever follower joins first.
+        joined = this.#coalescer.join(key, call.request.signal)
+        continue
+      }
       this.#observer.coalesced?.(model, outcome.kind === 'answer' ? 'answer' : outcome.why)
       if (outcome.kind === 'answer') return this.#answer(model, outcome.value, id, 'coalesced')
       // On its own: not stored by a follower, which would race its leader's successor for nothing.
@@ -167,15 +172,17 @@ export class ResponseCache {
       return this.#counted(model, policy, result, 'miss')
     }
     let shared: CachedAnswer | undefined
+    let leaderLeft = false
     try {
       const result = await send()
+      leaderLeft = !result.ok && result.error.code === 'GW_ERR_CLIENT_CLOSED'
       if (result.ok && result.response.statusCode === 200 && result.response.body.length <= this.#settings.max_entry_bytes) {
         shared = toCachedAnswer(model, check, result.response, this.#wallClock())
         if (shared !== undefined && policy.cached) this.#store(key, shared, policy, targetOf(call))
       }
       return this.#counted(model, policy, result, 'miss')
     } finally {
-      joined.settle(shared)
+      joined.settle(shared, leaderLeft)
     }
   }
 

@@ -43,10 +43,17 @@ const SMOKE: Record<string, Smoke> = {
   protocol: {
     env: { BENCH_CASES: 'simple,upstream', BENCH_TARGETS: 'gateway', BENCH_DURATION_S: '1', BENCH_WARMUP_S: '0', BENCH_ROUNDS: '1', BENCH_SIMPLE_RATE: '50', BENCH_UPSTREAM_N: '20' }
   },
+  cache: {
+    env: {
+      BENCH_DURATION_S: '1', BENCH_WARMUP_S: '0', BENCH_OVERLOAD: '0.5', BENCH_CACHED_FACTOR: '1', BENCH_CAPACITY_S: '1',
+      BENCH_CPU_DURATION_S: '1', BENCH_CPU_ROUNDS: '1',
+      BENCH_CPU_IDLE_S: '1', BENCH_COALESCE_N: '8', BENCH_REDIS: 'skip'
+    }
+  },
   'json-memory': { env: { BENCH_SIZES_KIB: '256', BENCH_CASES: 'FP32-pixels,BYTES', BENCH_FORMS: 'json,binary' } }
 }
 
-/** Modules of the benches above, not benches themselves (open-loop is routing-quality's load generator). */
+/** Modules of the benches above, not benches themselves (open-loop is routing-quality's and cache's load generator). */
 const NOT_BENCHES = new Set(['support', 'arrivals', 'open-loop', 'cpuprofile-summary'])
 
 function missingTools (tools: readonly string[]): string[] {

@@ -50,3 +50,13 @@ t.test('a failing leader sends its followers on their own; a slow one times them
   lead.settle('x')
   t.equal(clock.pending, 0)
 })
+
+t.test('a leader that left tells its followers to join again', async (t) => {
+  const c = new Coalescer<string>(new FakeClock(), 1000)
+  const leader = c.join('k')
+  const follower = c.join('k')
+  if (leader.role !== 'leader' || follower.role !== 'follower') throw new Error('roles')
+  leader.settle(undefined, true)
+  t.same(await follower.outcome, { kind: 'rejoin' })
+  t.equal(c.join('k').role, 'leader', 'the next to join leads a new flight')
+})

@@ -3,6 +3,7 @@
  * budget, TTL, Cache-Control, coalescing (a failing leader included), canary sides and version changes.
  */
 import t from 'tap'
+import { createError } from '../../../common/errors.ts'
 import { encodeRawHttpInferRequest } from '../../../common/protocol/binary-codec.ts'
 import { LocalStore } from '../../../gateway/cache/local-store.ts'
 import { ResponseCache } from '../../../gateway/cache/response-cache.ts'
@@ -216,4 +217,26 @@ t.test('when the model\'s answers name another version, its entries are dropped'
   const after = await cache.serve(call(a), v2.send(a))
   t.equal(after.cache, 'miss', 'the version 1 answer is gone')
   t.match(JSON.parse(after.ok ? after.response.body.toString() : '{}'), { model_version: '2' })
+})
+
+t.test("a leader whose client leaves: one follower leads again, the rest follow it (no stampede)", async (t) => {
+  const cache = cacheWith()
+  const up = upstream()
+  const open = up.hold()
+  const req = jsonRequest([6])
+  let first = true
+  const send = (): Promise<ForwardResult> => {
+    if (first) {
+      first = false
+      // The leader's client went away: its upstream request ends as a 499.
+      return Promise.resolve({ ok: false, endpoint: undefined, error: createError('GW_ERR_CLIENT_CLOSED', 'm') })
+    }
+    return up.send(req)()
+  }
+  const all = Array.from({ length: 6 }, () => cache.serve(call(req), send))
+  await new Promise((resolve) => setImmediate(resolve))
+  open()
+  const results = await Promise.all(all)
+  t.equal(up.calls(), 1, 'after the leader left, one request went upstream for the five others')
+  t.same(results.map((r) => r.cache).sort(), ['coalesced', 'coalesced', 'coalesced', 'coalesced', 'miss', 'miss'])
 })
