@@ -97,6 +97,11 @@ export class Forwarder {
   /** Requests and retries in progress. */
   readonly budget: RetryBudget
 
+  /** Each model's per-try timeout and the recent latency it follows (`GET /v2/fleet` shows them). */
+  get attemptTimeouts (): AttemptTimeouts {
+    return this.#attemptTimeouts
+  }
+
   constructor (options: ForwarderOptions) {
     this.#pool = options.pool
     this.#retries = options.retries ?? DEFAULT_RETRY_SETTINGS

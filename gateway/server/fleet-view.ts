@@ -47,6 +47,9 @@ export interface ModelView {
   panic: boolean
   /** Whether its answers are cached (and why), coalesced, for how long; null when the gateway has no cache. */
   cache: ModelCacheView | null
+  /** How long an attempt may take now (`Infinity`: no limit, shown as null), and the recent p99 it follows. */
+  per_try_timeout_ms: number | null
+  recent_p99_ms: number | null
 }
 
 export interface FleetView {
@@ -70,6 +73,8 @@ export interface FleetViewSources {
   now: () => number
   /** Each model's cache state, when the gateway has a response cache. */
   cache?: ((model: string) => ModelCacheView) | undefined
+  /** Each model's per-try timeout now and the recent p99 it follows (`undefined`: not known yet). */
+  perTry?: ((model: string) => { readonly timeoutMs: number, readonly p99Ms: number | undefined }) | undefined
 }
 
 function round (ms: number): number {
@@ -102,6 +107,13 @@ export function endpointView (e: Endpoint, health: EndpointHealthView, now: numb
   }
 }
 
+function perTryView (perTry: { readonly timeoutMs: number, readonly p99Ms: number | undefined } | undefined): Pick<ModelView, 'per_try_timeout_ms' | 'recent_p99_ms'> {
+  return {
+    per_try_timeout_ms: perTry === undefined || !Number.isFinite(perTry.timeoutMs) ? null : perTry.timeoutMs,
+    recent_p99_ms: perTry?.p99Ms === undefined ? null : round(perTry.p99Ms)
+  }
+}
+
 export function fleetView (sources: FleetViewSources): FleetView {
   const { fleet, now: clock } = sources
   const now = clock()
@@ -111,7 +123,8 @@ export function fleetView (sources: FleetViewSources): FleetView {
     strategy: sources.policies.for(name).balancer.name,
     endpoints: fleet.endpointsServing(name).map((e) => e.name),
     panic: fleet.panicking(name),
-    cache: sources.cache?.(name) ?? null
+    cache: sources.cache?.(name) ?? null,
+    ...perTryView(sources.perTry?.(name))
   }))
   return {
     endpoints,

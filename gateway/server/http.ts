@@ -157,7 +157,11 @@ export function buildGatewayHttp (options: GatewayHttpOptions): FastifyInstance 
     requestsInProgress: () => forwarder.budget.requests,
     retriesInProgress: () => forwarder.budget.retries,
     now,
-    cache: options.cache === undefined ? undefined : (model) => options.cache!.modelView(model)
+    cache: options.cache === undefined ? undefined : (model) => options.cache!.modelView(model),
+    perTry: (model) => {
+      const timeouts = forwarder.attemptTimeouts
+      return { timeoutMs: timeouts.timeoutMs(model, policies.for(model).perTryTimeoutMs), p99Ms: timeouts.latencyOf(model).p99() }
+    }
   }))))
 
   return app
