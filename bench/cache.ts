@@ -460,17 +460,32 @@ async function main (): Promise<void> {
     const workerTicks = (): number => workers.reduce((n, w) => n + cpuTicks(w.child?.pid), 0)
     const reached = async (): Promise<number> => (await Promise.all(workers.map(workerRequests))).reduce((a, b) => a + b, 0)
 
+    /**
+     * Starts a gateway on free ports. A port found free can be taken by another process before the gateway binds it
+     * (the smoke test runs beside other tests that bind ports): then it is started again on other ports, twice at
+     * most, and the last failure says what the gateway logged.
+     */
     async function startGateway (name: string, cached: boolean, redisUrl?: string): Promise<Gateway> {
-      const [port, metricsPort] = [await freePort(), await freePort()]
       const fleet = join(dir, `${name}.yaml`)
       writeFileSync(fleet, fleetFile(workers, cached, redisUrl))
-      const log = openSync(join(dir, `${name}.log`), 'w')
-      const child = track(spawn(process.execPath, [cli, 'gateway', '--config', fleet, '--http-port', String(port),
-        '--grpc-port', '-1', '--metrics-port', String(metricsPort), '--admin-port', '-1', '--log-level', 'warn'], { stdio: ['ignore', log, log], cwd: dir }))
-      closeSync(log)
-      await waitForPort(port, child, `gateway ${name}`, START_TIMEOUT_MS)
-      await waitForInfer(port, `gateway ${name}`, true)
-      return { name, port, metricsPort, child }
+      for (let attempt = 1; ; attempt++) {
+        const port = await freePort()
+        let metricsPort = await freePort()
+        while (metricsPort === port) metricsPort = await freePort()
+        const logFile = join(dir, `${name}.log`)
+        const log = openSync(logFile, 'w')
+        const child = track(spawn(process.execPath, [cli, 'gateway', '--config', fleet, '--http-port', String(port),
+          '--grpc-port', '-1', '--metrics-port', String(metricsPort), '--admin-port', '-1', '--log-level', 'warn'], { stdio: ['ignore', log, log], cwd: dir }))
+        closeSync(log)
+        try {
+          await waitForPort(port, child, `gateway ${name}`, START_TIMEOUT_MS)
+        } catch (err) {
+          if (attempt >= 3) throw new Error(`${(err as Error).message}:\n${readFileSync(logFile, 'utf8').slice(-2000)}`)
+          continue
+        }
+        await waitForInfer(port, `gateway ${name}`, true)
+        return { name, port, metricsPort, child }
+      }
     }
 
     /** Waits for every worker's queue to empty (what an overloaded run left behind), within the limit. */
@@ -484,7 +499,9 @@ async function main (): Promise<void> {
       process.stderr.write(`workers still busy after ${params.drainLimitS} s: going on (the next figures include that backlog)\n`)
     }
 
-    const [off, on] = await Promise.all([startGateway('cache-off', false), startGateway('cache-on', true)])
+    // One after the other, so that their free ports are picked apart.
+    const off = await startGateway('cache-off', false)
+    const on = await startGateway('cache-on', true)
 
     // --- 1. Capacity: closed loop through the cache-off gateway, four requests in flight per worker.
     let measuredCapacityRps: number | null = null

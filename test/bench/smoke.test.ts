@@ -45,9 +45,9 @@ const SMOKE: Record<string, Smoke> = {
   },
   cache: {
     env: {
-      BENCH_DURATION_S: '1', BENCH_WARMUP_S: '0', BENCH_OVERLOAD: '0.5', BENCH_CACHED_FACTOR: '1', BENCH_CAPACITY_S: '1',
+      BENCH_DURATION_S: '1', BENCH_WARMUP_S: '0', BENCH_OVERLOAD: '0.5', BENCH_CACHED_FACTOR: '1', BENCH_CAPACITY_S: '0',
       BENCH_CPU_DURATION_S: '1', BENCH_CPU_ROUNDS: '1',
-      BENCH_CPU_IDLE_S: '1', BENCH_COALESCE_N: '8', BENCH_REDIS: 'skip'
+      BENCH_CPU_IDLE_S: '0', BENCH_COALESCE_N: '8', BENCH_REDIS: 'skip'
     }
   },
   'json-memory': { env: { BENCH_SIZES_KIB: '256', BENCH_CASES: 'FP32-pixels,BYTES', BENCH_FORMS: 'json,binary' } }

@@ -100,12 +100,12 @@ t.test('the CLI explains its usage and refuses bad flags', async t => {
     [['worker', '--nope'], /Unknown option '--nope'/],
     [['start', '--worker-ports', '1,2,3'], /--worker-ports takes 0 or 2/]
   ]
-  for (const [args, message] of cases) {
-    const r = await run(args)
-    t.equal(r.code, 2, `${args.join(' ')} exits 2`)
-    t.match(r.out, message, args.join(' '))
-  }
-  const missing = await run(['gateway', '--config', '/nonexistent/fleet.yaml'])
+  // At once: each is a process start, most of this test's time.
+  const [results, missing] = await Promise.all([Promise.all(cases.map(([args]) => run(args))), run(['gateway', '--config', '/nonexistent/fleet.yaml'])])
+  cases.forEach(([args, message], i) => {
+    t.equal(results[i]!.code, 2, `${args.join(' ')} exits 2`)
+    t.match(results[i]!.out, message, args.join(' '))
+  })
   t.equal(missing.code, 1)
   t.match(missing.out, /fleet\.yaml/, 'a missing fleet file is named')
 })

@@ -1,5 +1,7 @@
 /**
- * The C++ test program (native/test/kernels_test.cc): builds it with native/test/build.sh and runs it. It checks the
+ * The C++ test program (native/test/kernels_test.cc): builds it with native/test/build.sh and runs it. `npm install`
+ * has built it already (native/scripts/build-kernel-test.cjs), so the build here is incremental: only what changed
+ * since is compiled again. It checks the
  * SGEMM for every ISA this CPU has, the vectorised math, and every op through a Session against double-precision
  * references (and, on a CUDA build with a GPU, the same plans on the GPU against the CPU).
  *
