@@ -50,6 +50,8 @@ export const errorCodes = {
     http: 400, grpc: 'INVALID_ARGUMENT', message: 'the request body is not valid %s data (Content-Encoding: %s): %s'
   },
   FLT_ERR_INTERNAL: { http: 500, grpc: 'INTERNAL', message: 'internal error: %s' },
+  // A Consul address, token file or service setting that cannot work (worker flags, the fleet file's discovery).
+  FLT_ERR_CONSUL_CONFIG: { http: 500, grpc: 'FAILED_PRECONDITION', message: '%s' },
   FLT_ERR_MESSAGE_TOO_LARGE: {
     http: 413, grpc: 'RESOURCE_EXHAUSTED',
     message: 'gRPC message of %s bytes exceeds the limit of %s bytes; send a smaller request or raise %s'
