@@ -36,6 +36,8 @@ import { ModelCacheConfigs } from './cache/model-cache-config.ts'
 import { RedisStore } from './cache/redis-store.ts'
 import { ResponseCache } from './cache/response-cache.ts'
 import { GatewayMetrics } from './server/metrics.ts'
+import { ConsulDiscovery } from './discovery/consul-discovery.ts'
+import { registerDiscoveryMetrics } from './discovery/discovery-metrics.ts'
 
 /** Options for {@link startGateway}; everything but `config` is optional. */
 export interface GatewayOptions {
@@ -57,7 +59,11 @@ export interface GatewayOptions {
   adminPort?: number
   /** Overrides `gateway.admin_host`. */
   adminHost?: string
-  /** Where the token comes from when `gateway.admin_token_file` is not set (`FLOTILLA_ADMIN_TOKEN`). */
+  /**
+   * Where the admin token comes from when `gateway.admin_token_file` is not set (`FLOTILLA_ADMIN_TOKEN`), and
+   * discovery's Consul address and token when the fleet file does not name them (`CONSUL_HTTP_ADDR`,
+   * `CONSUL_HTTP_TOKEN`). Default `process.env`.
+   */
   env?: NodeJS.ProcessEnv
   /**
    * The fleet file `config` was loaded from: {@link RunningGateway.reload} re-reads it, and with `gateway.watch`
@@ -224,6 +230,25 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
     timers,
     observer: cacheMetrics
   })
+  // Built before anything listens: a discovery section that cannot work (address, token file) refuses the start.
+  const consul = config.discovery.consul
+  const discovery = consul === undefined
+    ? undefined
+    : new ConsulDiscovery({
+      config: consul,
+      env: options.env ?? process.env,
+      timers,
+      random: deps.random,
+      logger,
+      onServers: (servers) => {
+        const changes = controller.setDiscovered(servers)
+        if (changes.added.length + changes.leaving.length + changes.replaced.length > 0) {
+          logger.info({ source: 'consul', servers: servers.length, ...changes }, 'fleet changed by discovery')
+        }
+      },
+      onError: () => { discoveryMetrics?.error() }
+    })
+  const discoveryMetrics = discovery === undefined ? undefined : registerDiscoveryMetrics(metrics.registry, () => discovery.status)
   const pipeline = new ModelPipeline({ fleet, forwarder, policies, canaries, metrics, now: deps.now, cache })
   const readiness = (): Readiness => readinessOf(fleet, settings.ready_when)
   const app = buildGatewayHttp({
@@ -244,7 +269,9 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
     fanOutTimeoutMs: settings.request_timeout_ms,
     now: deps.now,
     readiness,
-    cache
+    cache,
+    sourceOf: (endpoint) => controller.sourceOf(endpoint),
+    discovery: discovery === undefined ? undefined : () => discovery.status
   })
 
   const wantedGrpcPort = options.grpcPort ?? settings.grpc_port
@@ -283,6 +310,7 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
    * upstream exchanges still need the pools. The same steps serve a failed start and close().
    */
   const teardown = async (): Promise<void> => {
+    await discovery?.stop()
     watcher?.close()
     modelCacheConfigs.stop()
     fleetHealth.stop()
@@ -326,6 +354,7 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
   }
   // Asking the workers for their configs is an active check like the health probes, and off with them.
   if (config.health_check.enabled) modelCacheConfigs.start()
+  discovery?.start()
   const url = originOf(host, httpPort)
   logger.info({
     url,
@@ -399,7 +428,7 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
  * (and `load_balancer.panic_threshold_percent`, checked apart). A change to them is logged, and applies at the next
  * start.
  */
-const RESTART_SECTIONS = ['gateway', 'retries', 'health_check', 'outlier_detection', 'cache'] as const
+const RESTART_SECTIONS = ['gateway', 'retries', 'health_check', 'outlier_detection', 'cache', 'discovery'] as const
 
 /** The config as it runs now: the file's, with the live servers (admin changes included) and canaries. */
 function effectiveConfig (config: FleetConfig, fleet: Fleet, canaries: Canaries): unknown {

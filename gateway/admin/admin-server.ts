@@ -143,9 +143,8 @@ export function buildAdminServer (options: AdminServerOptions): FastifyInstance 
   }
 
   const view = (endpoint: Endpoint): AdminEndpointView => ({
-    ...endpointView(endpoint, options.health(endpoint), options.now()),
+    ...endpointView(endpoint, controller.sourceOf(endpoint), options.health(endpoint), options.now()),
     state: endpoint.state,
-    source: controller.sourceOf(endpoint),
     configured_weight: endpoint.configuredWeight,
     drain: controller.drainStatus(endpoint.name)
   })

@@ -59,14 +59,12 @@ export const SERVER_NAME_RULE = Object.freeze({
 /** The longest server name {@link SERVER_NAME_RULE} allows. */
 export const MAX_SERVER_NAME_LENGTH = 63
 
-/** Where an endpoint came from: the fleet file, the admin API. */
-export type EndpointSource = 'file' | 'admin'
+export type { EndpointSource } from '../fleet/types.ts'
 
 /** An endpoint as the admin API shows it: `GET /v2/fleet`'s view plus what only operators need. */
 export interface AdminEndpointView extends EndpointView {
   /** `joining` (added, not yet through its health checks), `active`, `draining` or `drained`. */
   state: 'joining' | 'active' | 'draining' | 'drained'
-  source: EndpointSource
   /** The weight set in the file or by the admin API; `weight` is the effective one (lower during slow start). */
   configured_weight: number
   /** The drain in progress or last finished, `null` when never drained (or undrained since). */

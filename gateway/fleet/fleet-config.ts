@@ -8,6 +8,8 @@
  * - `load_balancer`: `panic_threshold_percent`, `options` (strategy tuning), `hash_header` (consistent_hash only)
  * - `models.<name>`: a per-model `load_balancer`, `request_timeout_ms`, `max_retries` and `per_try_timeout_ms`
  * - `retries`, `health_check`, `outlier_detection`, `gateway`, `cache`: sections with every key defaulted
+ * - `discovery.consul`: servers found in Consul (see `gateway/discovery/`); with it, `inference_servers` may be
+ *   empty or absent
  *
  * Absent sections and keys are filled in with their defaults, except the few whose absence means something
  * (`versions`: every version; `max_in_flight`: the gateway-wide cap; `options`, `hash_header`: the strategy's own
@@ -20,6 +22,7 @@
  */
 import { readFileSync } from 'node:fs'
 import { isMap, isScalar, isSeq, LineCounter, parseDocument, type Node } from 'yaml'
+import { DEFAULT_CONSUL_SERVICE, parseConsulAddress } from '../../common/consul.ts'
 import { createError, wrapError } from '../../common/errors.ts'
 import {
   DEFAULT_BODY_TIMEOUT_MS, DEFAULT_HEADER_COUNT_LIMIT, DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS
@@ -148,6 +151,11 @@ export const DEFAULT_CACHE_REDIS_TIMEOUT_MS = 50
 export const DEFAULT_CACHE_REDIS_KEY_PREFIX = 'flotilla:cache:'
 /** Envoy's healthy_panic_threshold: below this share of usable endpoints, a model's traffic goes to all of them. */
 export const DEFAULT_PANIC_THRESHOLD_PERCENT = 50
+/**
+ * How long a Consul blocking query waits for a change before answering anyway. Shorter than Consul's 5 minutes:
+ * a connection to an agent whose host vanished without a reset is noticed within this (plus the request's margin).
+ */
+export const DEFAULT_DISCOVERY_WAIT = '60s'
 /** setTimeout clamps longer delays to 1 ms, so a larger timeout would silently become "fire at once". */
 const MAX_TIMER_MS = 2 ** 31 - 1
 /** Buffers above this size are not possible on every platform Node supports. */
@@ -197,6 +205,34 @@ function redisUrlCheck (value: string): string | undefined {
   return url.protocol === 'redis:' || url.protocol === 'rediss:' ? undefined : `'${value}' is not a redis:// or rediss:// URL`
 }
 
+function consulAddressCheck (value: string): string | undefined {
+  try {
+    parseConsulAddress(value)
+    return undefined
+  } catch (err) {
+    return (err as Error).message
+  }
+}
+
+/** Consul's duration syntax as a blocking query's `wait` takes it, whole units only (`90s`, `5m`, `500ms`). */
+const CONSUL_WAIT = /^(\d+)(ms|s|m)$/
+/** Consul caps a blocking query's wait at 10 minutes. */
+const MAX_CONSUL_WAIT_MS = 600_000
+
+function consulWaitCheck (value: string): string | undefined {
+  const ms = consulWaitMs(value)
+  if (ms === undefined) return `'${value}' is not a Consul wait: write a whole number of ms, s or m ('60s', '5m')`
+  if (ms < 1000 || ms > MAX_CONSUL_WAIT_MS) return `'${value}' is out of range: a Consul wait is 1s to 10m`
+  return undefined
+}
+
+/** A `discovery.consul.wait` value in milliseconds; `undefined` when it is not one. */
+export function consulWaitMs (value: string): number | undefined {
+  const m = CONSUL_WAIT.exec(value)
+  if (m === null) return undefined
+  return Number(m[1]) * (m[2] === 'ms' ? 1 : m[2] === 's' ? 1000 : 60_000)
+}
+
 function hostCheck (value: string): string | undefined {
   if (/[\s/[\]]/.test(value)) {
     return `'${value}' must be a host name or IP address alone: no scheme, path, spaces or brackets (write IPv6 addresses bare)`
@@ -218,6 +254,9 @@ const ALLOWED_HOST = {
 
 // A model name is one URL path segment (/v2/models/<name>/...), as in Triton, where it is a directory name.
 const MODEL_NAME = { regex: /^[^/\s]+$/, hint: 'model names cannot contain slashes or whitespace' }
+
+// Consul's rule for service and datacenter names that resolve in DNS: letters, digits and dashes.
+const CONSUL_SERVICE_NAME = { regex: /^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/, hint: 'a Consul service or datacenter name is letters, digits, - and _' }
 
 // RFC 9110 section 5.1: a field name is a token. Anything else could never arrive on a request, so it is a typo.
 const HEADER_NAME = {
@@ -478,12 +517,27 @@ function fleetSchema (options: FleetConfigOptions) {
     max_ejection_percent: withDefault(integer(0, 100), DEFAULT_OUTLIER_DETECTION_SETTINGS.max_ejection_percent)
   })
 
+  // Servers found in Consul, beside (or instead of) inference_servers: see gateway/discovery/consul-discovery.ts.
+  const discovery = object({
+    consul: optional(object({
+      // Absent: CONSUL_HTTP_ADDR, else the local agent (127.0.0.1:8500), as Consul's own CLI.
+      address: optional(string({ check: consulAddressCheck })),
+      service: withDefault(string({ pattern: CONSUL_SERVICE_NAME }), DEFAULT_CONSUL_SERVICE),
+      // Only instances with this tag (Consul's ?tag=), e.g. 'model=resnet50' or a pool name the workers carry.
+      tag: optional(string()),
+      datacenter: optional(string({ pattern: CONSUL_SERVICE_NAME })),
+      // A path, never the token itself (as admin_token_file); absent: CONSUL_HTTP_TOKEN / CONSUL_HTTP_TOKEN_FILE.
+      token_file: optional(string()),
+      wait: withDefault(string({ check: consulWaitCheck }), DEFAULT_DISCOVERY_WAIT)
+    }))
+  })
+
   return object({
     model_repository: optional(string()),
-    inference_servers: required(list(inferenceServerSpec, {
-      nonEmpty: 'the gateway needs at least one server',
+    // Required unless discovery finds the servers; crossCheck says so when neither is there.
+    inference_servers: withDefault(list(inferenceServerSpec, {
       unique: { what: 'server name', key: 'name' }
-    })),
+    }), Object.freeze([])),
     load_balancer: required(loadBalancer),
     // Defaulted to {} so consumers look a model up without first asking whether the section exists.
     models: withDefault(mapOf(modelPolicy, {
@@ -498,7 +552,8 @@ function fleetSchema (options: FleetConfigOptions) {
     cache: withDefault(cache, DEFAULT_CACHE_SETTINGS),
     health_check: withDefault(healthCheck, DEFAULT_HEALTH_CHECK_SETTINGS),
     outlier_detection: withDefault(outlierDetection, DEFAULT_OUTLIER_DETECTION_SETTINGS),
-    gateway: withDefault(gateway, DEFAULT_GATEWAY_SETTINGS)
+    gateway: withDefault(gateway, DEFAULT_GATEWAY_SETTINGS),
+    discovery: withDefault(discovery, Object.freeze({}))
   })
 }
 
@@ -531,6 +586,8 @@ export type CacheConfig = FleetConfig['cache']
 export type GatewaySettings = FleetConfig['gateway']
 /** The `health_check` section (active checks), with defaults filled in. */
 export type HealthCheckConfig = FleetConfig['health_check']
+/** `discovery.consul`, when set (defaults filled in). */
+export type ConsulDiscoveryConfig = NonNullable<FleetConfig['discovery']['consul']>
 /** The `outlier_detection` section (passive ejection), with defaults filled in. */
 export type OutlierDetectionConfig = FleetConfig['outlier_detection']
 
@@ -596,6 +653,13 @@ export function loadFleetFile (path: string, options: FleetConfigOptions): Fleet
  */
 function crossCheck (root: Node | null, ctx: SchemaContext): void {
   const servers = ctx.resolve(childOf(root, 'inference_servers', ctx))
+  // With discovery, which servers and models exist is known only at run time, so the checks against them wait too.
+  const discovered = isMap(ctx.resolve(childOf(ctx.resolve(childOf(root, 'discovery', ctx)), 'consul', ctx)))
+  if (isMap(root) && !discovered && (servers === null || (isSeq(servers) && servers.items.length === 0))) {
+    ctx.report(servers ?? root, null, servers === null
+      ? "the fleet needs servers: list them under 'inference_servers', or find them in Consul with 'discovery.consul'"
+      : "inference_servers must not be empty (the gateway needs at least one server), unless 'discovery.consul' finds them")
+  }
   const balancer = ctx.resolve(childOf(root, 'load_balancer', ctx))
   const picked = ctx.resolve(childOf(balancer, 'servers', ctx))
   if (isSeq(servers) && isSeq(picked)) {
@@ -687,11 +751,11 @@ function crossCheck (root: Node | null, ctx: SchemaContext): void {
       `gateway.body_timeout_ms (${bodyTimeout}) must be at least header_timeout_ms (${headerTimeout}): the whole request includes its head`)
   }
 
-  checkCanaries(servers, ctx.resolve(childOf(root, 'canary', ctx)), ctx)
+  if (!discovered) checkCanaries(servers, ctx.resolve(childOf(root, 'canary', ctx)), ctx)
 
   // A policy for a model no server lists would never apply; almost always a misspelt model name.
   const models = ctx.resolve(childOf(root, 'models', ctx))
-  if (isSeq(servers) && isMap(models)) {
+  if (!discovered && isSeq(servers) && isMap(models)) {
     const known: string[] = []
     for (const item of servers.items) {
       const served = ctx.resolve(childOf(ctx.resolve(item), 'models', ctx))

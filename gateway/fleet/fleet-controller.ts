@@ -12,10 +12,19 @@
  *   closed once its last requests finish. A request in flight on a removed endpoint completes.
  * - weight: applies at once.
  * - reload: the difference between two fleet files, as the steps above.
+ * - discovery: the servers Consul lists (`setDiscovered`), as the steps above: new ones are checked in, the ones it
+ *   no longer lists are drained out, changed ones replaced.
+ *
+ * Three sources feed one fleet, and for one server (same name, or same address) the first of these wins: the fleet
+ * file, then the admin API, then Consul. The file and the admin API are an operator's explicit word about this
+ * gateway (a weight, labels, a name), Consul is what workers say about themselves; so a server listed by hand is
+ * routed as written, and its Consul entry waits until the hand-written one goes. An operator's drain of a Consul
+ * server holds while Consul lists it, and when it comes back, until it is undrained.
  *
  * Time is injected (the health timers); nothing here sits on the request path.
  */
 import { createError } from '../../common/errors.ts'
+import { originOf } from '../../common/http-server.ts'
 import { type Logger } from '../../common/logger.ts'
 import { type DrainStatus, type EndpointSource, type RemoveResult } from '../admin/api.ts'
 import { type FleetHealth } from '../health/fleet-health.ts'
@@ -60,6 +69,13 @@ interface Drain {
   readonly finish: () => void
 }
 
+/** What one Consul answer changed, for the log. */
+export interface DiscoveryChanges {
+  readonly added: string[]
+  readonly leaving: string[]
+  readonly replaced: string[]
+}
+
 interface SlowStart {
   readonly startedAt: number
   timer: unknown
@@ -70,6 +86,14 @@ export class FleetController {
   readonly #sources = new Map<Endpoint, EndpointSource>()
   readonly #drains = new Map<Endpoint, Drain>()
   readonly #slowStarts = new Map<Endpoint, SlowStart>()
+  /** What Consul lists now (see {@link FleetController.setDiscovered}). */
+  #discovered: readonly FleetServer[] = []
+  /** Consul servers an operator drained: they stay drained while listed, and when they come back, until undrained. */
+  readonly #held = new Set<string>()
+  /** Consul endpoints being drained out because Consul stopped listing them. */
+  readonly #leaving = new Set<Endpoint>()
+  /** Consul entries left out because the file or the admin API has the server, each logged once. */
+  readonly #shadowed = new Set<string>()
   #stopped = false
 
   constructor (options: FleetControllerOptions) {
@@ -100,17 +124,106 @@ export class FleetController {
    * @throws FlotillaError `GW_ERR_ADMIN_CONFLICT` (409) when the name is taken
    */
   add (server: FleetServer, source: EndpointSource): Endpoint {
+    const endpoint = this.#add(server, source)
+    // A Consul entry for the same address now yields to this one.
+    if (source !== 'consul') this.#reconcileDiscovered()
+    return endpoint
+  }
+
+  /**
+   * @param healthy it replaces an endpoint at the same address that was passing its checks: it keeps taking
+   *   traffic (its checks go on) rather than going through `joining` again
+   */
+  #add (server: FleetServer, source: EndpointSource, healthy = false): Endpoint {
     const { fleet, health, logger } = this.#options
     if (fleet.get(server.name) !== undefined) {
       throw createError('GW_ERR_ADMIN_CONFLICT', `a server named '${server.name}' is already in the fleet; remove it first or pick another name`)
     }
-    const endpoint = fleet.add(server, health.checking ? 'joining' : 'active')
+    const joining = health.checking && !healthy
+    const endpoint = fleet.add(server, joining ? 'joining' : 'active')
     this.#sources.set(endpoint, source)
-    health.add(endpoint)
-    logger.info({ endpoint: endpoint.name, origin: endpoint.origin, models: endpoint.models, source },
-      health.checking ? 'endpoint added; it takes traffic once its health checks pass' : 'endpoint added')
+    health.add(endpoint, !joining)
+    logger.info({ endpoint: endpoint.name, origin: endpoint.origin, models: endpoint.models, versions: endpoint.versions, source },
+      joining ? 'endpoint added; it takes traffic once its health checks pass' : 'endpoint added')
     if (!health.checking) this.#startSlowStart(endpoint)
     return endpoint
+  }
+
+  /**
+   * Takes what Consul lists now: servers it did not list before are added (health-checked in, slow-started), the
+   * ones it no longer lists are drained and removed, changed ones (models, versions, labels, address) replaced. An
+   * entry whose name or address the file or the admin API already has is left out (see the top of this file).
+   * Callers never pass an empty list that follows a non-empty one: that is Consul saying nothing
+   * (`discovery/consul-discovery.ts`).
+   */
+  setDiscovered (servers: readonly FleetServer[]): DiscoveryChanges {
+    this.#discovered = servers
+    return this.#reconcileDiscovered()
+  }
+
+  #reconcileDiscovered (): DiscoveryChanges {
+    const changes: DiscoveryChanges = { added: [], leaving: [], replaced: [] }
+    if (this.#stopped) return changes
+    const { fleet, logger } = this.#options
+    const names = new Map<string, Endpoint>()
+    const origins = new Map<string, Endpoint>()
+    for (const endpoint of fleet.endpoints) {
+      if (this.sourceOf(endpoint) === 'consul') continue
+      names.set(endpoint.name, endpoint)
+      origins.set(endpoint.origin, endpoint)
+    }
+    const wanted = new Map<string, FleetServer>()
+    for (const server of this.#discovered) {
+      const other = names.get(server.name) ?? origins.get(originOf(server.host, server.port))
+      if (other === undefined) {
+        wanted.set(server.name, server)
+      } else if (!this.#shadowed.has(server.name)) {
+        this.#shadowed.add(server.name)
+        logger.info({ consul: server.name, endpoint: other.name, source: this.sourceOf(other) },
+          'Consul lists a server the fleet already has from another source; that entry wins')
+      }
+    }
+    for (const endpoint of fleet.endpoints) {
+      if (this.sourceOf(endpoint) !== 'consul' || this.#leaving.has(endpoint)) continue
+      const server = wanted.get(endpoint.name)
+      wanted.delete(endpoint.name)
+      if (server === undefined) {
+        changes.leaving.push(endpoint.name)
+        this.#leave(endpoint)
+      } else if (!sameConfig(endpoint, server)) {
+        changes.replaced.push(endpoint.name)
+        // Same address, new models or labels: the worker itself is as healthy as it was.
+        const healthy = endpoint.state === 'active' && endpoint.origin === originOf(server.host, server.port) &&
+          this.#options.health.view(endpoint).healthy !== false
+        this.#retire(endpoint)
+        this.#addDiscovered(server, healthy)
+      }
+    }
+    for (const server of wanted.values()) {
+      // Still draining out under that name: it comes back once gone (see #leave).
+      if (fleet.get(server.name) !== undefined) continue
+      changes.added.push(server.name)
+      this.#addDiscovered(server, false)
+    }
+    return changes
+  }
+
+  #addDiscovered (server: FleetServer, healthy: boolean): void {
+    this.#shadowed.delete(server.name)
+    const endpoint = this.#add(server, 'consul', healthy)
+    if (this.#held.has(server.name)) this.#drain(endpoint, this.#options.drainTimeoutMs)
+  }
+
+  /** Consul stopped listing `endpoint`: drained out, not cut; if it is listed again meanwhile, it rejoins after. */
+  #leave (endpoint: Endpoint): void {
+    this.#leaving.add(endpoint)
+    this.#options.logger.info({ endpoint: endpoint.name, inFlight: endpoint.inFlight }, 'Consul no longer lists the endpoint: draining it out')
+    this.#removeEndpoint(endpoint, {})
+      .catch((err: unknown) => { this.#options.logger.warn({ err, endpoint: endpoint.name }, 'removing an endpoint Consul dropped failed') })
+      .finally(() => {
+        this.#leaving.delete(endpoint)
+        this.#reconcileDiscovered()
+      })
   }
 
   /**
@@ -120,6 +233,7 @@ export class FleetController {
    */
   drain (name: string, timeoutMs = this.#options.drainTimeoutMs): DrainStatus {
     const endpoint = this.get(name)
+    if (this.sourceOf(endpoint) === 'consul' && !this.#leaving.has(endpoint)) this.#held.add(name)
     return this.#statusOf(this.#drain(endpoint, timeoutMs))
   }
 
@@ -147,6 +261,7 @@ export class FleetController {
    */
   undrain (name: string): Endpoint {
     const endpoint = this.get(name)
+    this.#held.delete(name)
     const drain = this.#drains.get(endpoint)
     if (drain?.removing === true) {
       throw createError('GW_ERR_ADMIN_CONFLICT', `'${name}' is draining to be removed; it cannot be undrained (add it again once it is gone)`)
@@ -179,6 +294,18 @@ export class FleetController {
    */
   async remove (name: string, options: { force?: boolean, timeoutMs?: number } = {}): Promise<RemoveResult> {
     const endpoint = this.get(name)
+    const source = this.sourceOf(endpoint)
+    if (source === 'consul' && this.#discovered.some((s) => s.name === name)) {
+      throw createError('GW_ERR_ADMIN_CONFLICT', `'${name}' comes from Consul, which still lists it, so it would come back: ` +
+        `drain it to keep traffic off it (it stays drained while Consul lists it), or deregister it from Consul`)
+    }
+    const result = await this.#removeEndpoint(endpoint, options)
+    // Its Consul entry, if any, takes over.
+    if (source !== 'consul') this.#reconcileDiscovered()
+    return result
+  }
+
+  async #removeEndpoint (endpoint: Endpoint, options: { force?: boolean, timeoutMs?: number }): Promise<RemoveResult> {
     let drained = false
     if (options.force !== true) {
       const drain = this.#drain(endpoint, options.timeoutMs ?? this.#options.drainTimeoutMs)
@@ -241,8 +368,10 @@ export class FleetController {
     }
     for (const server of wanted.values()) {
       if (!summary.replaced.includes(server.name)) summary.added.push(server.name)
-      this.add(server, 'file')
+      this.#add(server, 'file')
     }
+    // Consul entries yield to servers the file now has, and take over from those it dropped.
+    this.#reconcileDiscovered()
     return summary
   }
 

@@ -70,5 +70,8 @@ export interface Endpoint {
   latencyMs: number
 }
 
+/** Where an endpoint came from: the fleet file, the admin API, Consul (`discovery.consul`). */
+export type EndpointSource = 'file' | 'admin' | 'consul'
+
 /** The weight of the newest sample in {@link Endpoint.latencyMs}: about the last 10 requests count. */
 export const LATENCY_EWMA_WEIGHT = 0.1

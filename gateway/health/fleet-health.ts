@@ -99,10 +99,11 @@ export class FleetHealth {
 
   /**
    * Starts checking an endpoint that joined the fleet at run time. It starts unhealthy and is probed at once, so it
-   * takes traffic only after `healthy_threshold` passing checks (with checks off, at once).
+   * takes traffic only after `healthy_threshold` passing checks (with checks off, at once). `healthy`: it replaces
+   * one at the same address that was passing, and starts passing (checked on its usual interval).
    */
-  add (endpoint: Endpoint): void {
-    this.#checker?.add(endpoint, false)
+  add (endpoint: Endpoint, healthy = false): void {
+    this.#checker?.add(endpoint, healthy)
   }
 
   /** Forgets an endpoint that left the fleet: no more probes, no ejection timer. */

@@ -4,8 +4,9 @@
  * it is in panic. Read from the live objects at request time; nothing here is kept per request.
  */
 import { type ModelCacheView } from '../cache/response-cache.ts'
+import { type DiscoveryStatus } from '../discovery/consul-discovery.ts'
 import { type Fleet } from '../fleet/fleet.ts'
-import { type Endpoint } from '../fleet/types.ts'
+import { type Endpoint, type EndpointSource } from '../fleet/types.ts'
 import { type EndpointHealthView } from '../health/fleet-health.ts'
 import { type ModelPolicies } from '../proxy/model-policy.ts'
 
@@ -13,6 +14,8 @@ import { type ModelPolicies } from '../proxy/model-policy.ts'
 export interface EndpointView {
   name: string
   origin: string
+  /** Where it came from: the fleet file, the admin API or Consul. */
+  source: EndpointSource
   state: string
   weight: number
   models: readonly string[]
@@ -52,9 +55,29 @@ export interface ModelView {
   recent_p99_ms: number | null
 }
 
+/** Service discovery as `GET /v2/fleet` shows it (`null` without `discovery.consul`). */
+export interface DiscoveryView {
+  source: 'consul'
+  address: string
+  service: string
+  tag: string | null
+  /** `starting` before the first answer, `ok`, or `failing` (the servers known before stay in the fleet). */
+  state: DiscoveryStatus['state']
+  /** Servers in the last answer applied. */
+  servers: number
+  index: number
+  /** ISO 8601 time of the last answer, and how long ago; `null` before the first. */
+  last_success: string | null
+  last_success_ms_ago: number | null
+  errors: number
+  consecutive_errors: number
+  last_error: string | null
+}
+
 export interface FleetView {
   endpoints: EndpointView[]
   models: ModelView[]
+  discovery: DiscoveryView | null
   /** Requests waiting in the gateway queue; requests and retries in progress. */
   queue_waiting: number
   requests_in_progress: number
@@ -71,6 +94,11 @@ export interface FleetViewSources {
   retriesInProgress: () => number
   /** The monotonic clock the fleet's timestamps use. */
   now: () => number
+  sourceOf: (endpoint: Endpoint) => EndpointSource
+  /** Discovery's state, when the fleet file sets `discovery`. */
+  discovery?: (() => DiscoveryStatus) | undefined
+  /** The wall clock discovery's times are on (`Date.now`). */
+  wallClock?: (() => number) | undefined
   /** Each model's cache state, when the gateway has a response cache. */
   cache?: ((model: string) => ModelCacheView) | undefined
   /** Each model's per-try timeout now and the recent p99 it follows (`undefined`: not known yet). */
@@ -86,10 +114,11 @@ function agoOrNull (now: number, at: number | undefined): number | null {
 }
 
 /** One endpoint as `GET /v2/fleet` shows it; `now` on the clock its timestamps use. */
-export function endpointView (e: Endpoint, health: EndpointHealthView, now: number): EndpointView {
+export function endpointView (e: Endpoint, source: EndpointSource, health: EndpointHealthView, now: number): EndpointView {
   return {
     name: e.name,
     origin: e.origin,
+    source,
     state: e.state,
     weight: round(e.weight),
     models: e.models,
@@ -114,10 +143,27 @@ function perTryView (perTry: { readonly timeoutMs: number, readonly p99Ms: numbe
   }
 }
 
+function discoveryView (s: DiscoveryStatus, wallNow: number): DiscoveryView {
+  return {
+    source: s.source,
+    address: s.address,
+    service: s.service,
+    tag: s.tag,
+    state: s.state,
+    servers: s.servers,
+    index: s.index,
+    last_success: s.lastSuccessAt === null ? null : new Date(s.lastSuccessAt).toISOString(),
+    last_success_ms_ago: s.lastSuccessAt === null ? null : Math.max(0, wallNow - s.lastSuccessAt),
+    errors: s.errors,
+    consecutive_errors: s.consecutiveErrors,
+    last_error: s.lastError
+  }
+}
+
 export function fleetView (sources: FleetViewSources): FleetView {
   const { fleet, now: clock } = sources
   const now = clock()
-  const endpoints = fleet.endpoints.map((e) => endpointView(e, sources.health(e), now))
+  const endpoints = fleet.endpoints.map((e) => endpointView(e, sources.sourceOf(e), sources.health(e), now))
   const models = fleet.models.map((name): ModelView => ({
     name,
     strategy: sources.policies.for(name).balancer.name,
@@ -129,6 +175,7 @@ export function fleetView (sources: FleetViewSources): FleetView {
   return {
     endpoints,
     models,
+    discovery: sources.discovery === undefined ? null : discoveryView(sources.discovery(), (sources.wallClock ?? Date.now)()),
     queue_waiting: sources.queueWaiting(),
     requests_in_progress: sources.requestsInProgress(),
     retries_in_progress: sources.retriesInProgress()

@@ -10,7 +10,8 @@ import { errorBody } from '../../common/errors.ts'
 import { createKServeServer, route, type KServeServerOptions } from '../../common/http-server.ts'
 import { type Logger } from '../../common/logger.ts'
 import { type Fleet } from '../fleet/fleet.ts'
-import { type Endpoint } from '../fleet/types.ts'
+import { type DiscoveryStatus } from '../discovery/consul-discovery.ts'
+import { type Endpoint, type EndpointSource } from '../fleet/types.ts'
 import { type EndpointHealthView } from '../health/fleet-health.ts'
 import { type Forwarder } from '../proxy/forward.ts'
 import { CACHE_HEADER, ENDPOINT_HEADER, REQUEST_ID_HEADER, upstreamRequestHeaders } from '../proxy/headers.ts'
@@ -58,6 +59,10 @@ export interface GatewayHttpOptions {
   readiness (): Readiness
   /** The response cache, for `GET /v2/fleet`. */
   cache?: ResponseCache | undefined
+  /** Where each endpoint came from, for `GET /v2/fleet`. */
+  sourceOf: (endpoint: Endpoint) => EndpointSource
+  /** Service discovery's state, for `GET /v2/fleet`, when the fleet file sets `discovery`. */
+  discovery?: (() => DiscoveryStatus) | undefined
 }
 
 interface ModelParams { model: string, version?: string }
@@ -157,6 +162,8 @@ export function buildGatewayHttp (options: GatewayHttpOptions): FastifyInstance 
     requestsInProgress: () => forwarder.budget.requests,
     retriesInProgress: () => forwarder.budget.retries,
     now,
+    sourceOf: options.sourceOf,
+    discovery: options.discovery,
     cache: options.cache === undefined ? undefined : (model) => options.cache!.modelView(model),
     perTry: (model) => {
       const timeouts = forwarder.attemptTimeouts

@@ -23,7 +23,7 @@ const READY: Readiness = Object.freeze({ ready: true })
 /** Whether `fleet` can serve, under `readyWhen`. */
 export function readinessOf (fleet: Fleet, readyWhen: ReadyWhen): Readiness {
   const models = fleet.models
-  if (models.length === 0) return { ready: false, reason: 'the fleet has no servers (add one to inference_servers or with `flotilla fleet add`)' }
+  if (models.length === 0) return { ready: false, reason: 'the fleet has no servers (list them in inference_servers, add one with `flotilla fleet add`, or register workers in the Consul service discovery.consul watches)' }
   const unserved = fleet.unservedModels()
   if (unserved.length === 0) return READY
   if (readyWhen === 'any_model' && unserved.length < models.length) return READY

@@ -5,6 +5,7 @@ import t, { type Test } from 'tap'
 import { SERVER_NAME_RULE } from '../../../gateway/admin/api.ts'
 import { balancerNames, hasBalancer, validateBalancerOptions } from '../../../gateway/balancer/registry.ts'
 import {
+  consulWaitMs,
   DEFAULT_GATEWAY_SETTINGS, DEFAULT_RETRY_SETTINGS, loadFleetFile, parseFleetConfig, toBalancerOptions, type FleetConfig,
   type ModelPolicyConfig, type RetryConfig, type StrategyOptionsConfig
 } from '../../../gateway/fleet/fleet-config.ts'
@@ -47,7 +48,7 @@ load_balancer:
   type: round_robin
 `
 
-const TOP = 'model_repository, inference_servers, load_balancer, models, canary, retries, cache, health_check, outlier_detection, gateway'
+const TOP = 'model_repository, inference_servers, load_balancer, models, canary, retries, cache, health_check, outlier_detection, gateway, discovery'
 const CACHE_DEFAULTS = { max_bytes: 268435456, max_entry_bytes: 1048576, ttl_ms: 0, coalesce: false, coalesce_timeout_ms: 5000 }
 const SERVER_KEYS = 'name, host, port, grpc_port, models, weight, protocol, labels, versions, max_in_flight'
 const GATEWAY_KEYS = 'host, http_port, grpc_port, metrics_port, max_body_bytes, request_timeout_ms, max_header_bytes, ' +
@@ -124,7 +125,8 @@ t.test('the seed fleet file loads unchanged', async (t) => {
     cache: CACHE_DEFAULTS,
     health_check: { enabled: true, interval_ms: 2000, timeout_ms: 1000, jitter_percent: 10, healthy_threshold: 2, unhealthy_threshold: 3 },
     outlier_detection: { enabled: true, consecutive_failures: 5, base_ejection_time_ms: 30000, max_ejection_time_ms: 300000, max_ejection_percent: 10 },
-    gateway: GATEWAY_DEFAULTS
+    gateway: GATEWAY_DEFAULTS,
+    discovery: {}
   })
   t.strictSame(Object.keys(config), TOP.split(', '))
   t.strictSame(DEFAULT_GATEWAY_SETTINGS, GATEWAY_DEFAULTS)
@@ -159,7 +161,10 @@ t.test('every optional key', async (t) => {
     cache: CACHE_DEFAULTS,
     health_check: { enabled: true, interval_ms: 500, timeout_ms: 200, jitter_percent: 0, healthy_threshold: 1, unhealthy_threshold: 2 },
     outlier_detection: { enabled: false, consecutive_failures: 3, base_ejection_time_ms: 1000, max_ejection_time_ms: 5000, max_ejection_percent: 50 },
-    gateway: { ...GATEWAY_DEFAULTS, host: '0.0.0.0', http_port: 0, metrics_port: 0, max_body_bytes: 1024, request_timeout_ms: 500 }
+    gateway: { ...GATEWAY_DEFAULTS, host: '0.0.0.0', http_port: 0, metrics_port: 0, max_body_bytes: 1024, request_timeout_ms: 500 },
+    discovery: {
+      consul: { address: 'https://consul.internal:8501', service: 'gpu-workers', tag: 'zone=a', datacenter: 'dc2', token_file: '/etc/flotilla/consul-token', wait: '2m' }
+    }
   })
   t.ok(isDeepFrozen(config))
 })
@@ -248,11 +253,11 @@ t.test('inline bad fleets', async (t) => {
   const cases: Array<[string, string, string]> = [
     ['a list at the top level', '- 1\n', 'fleet.yaml:1:1: the file must hold a mapping at the top level, got a list'],
     ['missing inference_servers', 'load_balancer:\n  type: round_robin\n',
-      "fleet.yaml:1:1: missing required top-level key 'inference_servers'"],
+      "fleet.yaml:1:1: the fleet needs servers: list them under 'inference_servers', or find them in Consul with 'discovery.consul'"],
     ['missing load_balancer', BASE.replace('load_balancer:\n  type: round_robin\n', ''),
       "fleet.yaml:1:1: missing required top-level key 'load_balancer'"],
     ['no servers', 'inference_servers: []\nload_balancer: { type: round_robin }\n',
-      'fleet.yaml:1:20: inference_servers must not be empty (the gateway needs at least one server)'],
+      "fleet.yaml:1:20: inference_servers must not be empty (the gateway needs at least one server), unless 'discovery.consul' finds them"],
     ['servers not a list', 'inference_servers: { a: 1 }\nload_balancer: { type: round_robin }\n',
       'fleet.yaml:1:20: inference_servers must be a list, got a mapping'],
     ['a server that is not a mapping', 'inference_servers: [a]\nload_balancer: { type: round_robin }\n',
@@ -652,4 +657,25 @@ gateway:
     'fleet.yaml:19:19: retries.backoff_max_ms (100) must be at least backoff_base_ms (500)',
     'fleet.yaml:21:21: gateway.queue_timeout_ms must be an integer in 1..2147483647, got -1'
   ].join('\n'))
+})
+
+t.test('discovery.consul: servers may come from Consul alone; its keys are checked at load', async (t) => {
+  const consulOnly = parse('load_balancer: { type: round_robin }\ndiscovery: { consul: {} }\nmodels: { resnet: { max_retries: 1 } }\n')
+  t.strictSame(consulOnly.inference_servers, [], 'no inference_servers needed')
+  t.strictSame(consulOnly.discovery.consul, { service: 'flotilla-worker', wait: '60s' }, 'defaults; the address comes from CONSUL_HTTP_ADDR at start')
+  t.strictSame(Object.keys(consulOnly.models), ['resnet'], 'per-model settings for models only Consul will name are not refused')
+  t.equal(consulWaitMs('90s'), 90_000)
+  t.equal(consulWaitMs('500ms'), 500)
+  t.equal(consulWaitMs('5m'), 300_000)
+  const cases: Array<[string, string, string]> = [
+    ['a path in the address', 'address: "http://c:8500/v1"', "fleet.yaml:2:33: discovery.consul.address 'http://c:8500/v1' is not a Consul address: write host:port, http://host:port or https://host:port (no path, query or credentials)"],
+    ['another scheme', 'address: "unix:///run/consul.sock"', "fleet.yaml:2:33: discovery.consul.address 'unix:///run/consul.sock' uses unix: only http and https Consul agents are supported"],
+    ['a wait Consul would cap', 'wait: 20m', "fleet.yaml:2:30: discovery.consul.wait '20m' is out of range: a Consul wait is 1s to 10m"],
+    ['a wait in hours', 'wait: 1h', "fleet.yaml:2:30: discovery.consul.wait '1h' is not a Consul wait: write a whole number of ms, s or m ('60s', '5m')"],
+    ['a service name with a dot', 'service: a.b', "fleet.yaml:2:33: discovery.consul.service 'a.b' is not allowed: a Consul service or datacenter name is letters, digits, - and _"]
+  ]
+  for (const [what, line, message] of cases) {
+    t.match(problems(t, `load_balancer: { type: round_robin }\ndiscovery: { consul: { ${line} } }\n`), message, what)
+  }
+  t.match(problems(t, 'load_balancer: { type: round_robin }\ndiscovery: { consul: { token: abc } }\n'), "unknown key 'token' in discovery.consul", 'a token itself is not a key (token_file is)')
 })

@@ -578,3 +578,99 @@ t.test('an endpoint removed without a drain is no longer active, so a request ho
   t.equal(fleet.get('b'), undefined)
   t.not(b.state, 'active', 'dropped by a reload')
 })
+
+// Discovery: what Consul lists, through setDiscovered.
+const consulServer = (name: string, port: number, models = ['m']): FleetServer =>
+  ({ name, host: '127.0.0.1', port, models, weight: 1, labels: { zone: 'z1' } })
+
+t.test('discovered servers are checked in before traffic; one Consul stops listing is drained out, not cut', async (t) => {
+  const { clock, controller, fleet, serving, closed, pool } = setup()
+  await clock.advance(0)
+  const changes = controller.setDiscovered([consulServer('w1', 9101), consulServer('w2', 9102)])
+  t.strictSame(changes, { added: ['w1', 'w2'], leaving: [], replaced: [] })
+  t.equal(controller.sourceOf(fleet.get('w1')!), 'consul')
+  t.equal(fleet.get('w1')!.state, 'joining')
+  t.strictSame(serving(), ['a', 'b'], 'not before their checks pass')
+  await clock.advance(1000)
+  t.strictSame(serving(), ['a', 'b', 'w1', 'w2'])
+
+  const w2 = fleet.get('w2')!
+  pool.dispatcherFor(w2)
+  w2.inFlight = 1
+  t.strictSame(controller.setDiscovered([consulServer('w1', 9101)]), { added: [], leaving: ['w2'], replaced: [] })
+  t.equal(w2.state, 'draining', 'it drains first')
+  t.strictSame(serving(), ['a', 'b', 'w1'], 'no new request goes to it')
+  t.equal(fleet.get('w2'), w2, 'still in the fleet while its request finishes')
+  t.strictSame(controller.setDiscovered([consulServer('w1', 9101)]).leaving, [], 'a repeat changes nothing')
+  w2.inFlight = 0
+  await clock.advance(20)
+  t.equal(fleet.get('w2'), undefined, 'gone once drained')
+  await clock.advance(0)
+  t.ok(closed.includes('http://127.0.0.1:9102'), 'and its connections closed')
+})
+
+t.test('a server Consul lists again while it drains out rejoins once it is gone', async (t) => {
+  const { clock, controller, fleet, serving } = setup()
+  controller.setDiscovered([consulServer('w1', 9101)])
+  await clock.advance(1000)
+  const w1 = fleet.get('w1')!
+  w1.inFlight = 1
+  controller.setDiscovered([consulServer('w2', 9102)])
+  t.equal(w1.state, 'draining')
+  t.strictSame(controller.setDiscovered([consulServer('w1', 9101), consulServer('w2', 9102)]).added, [], 'not added twice')
+  w1.inFlight = 0
+  await clock.advance(20)
+  const again = fleet.get('w1')
+  t.not(again, w1, 'a new endpoint')
+  t.equal(again?.state, 'joining', 'checked in again')
+  await clock.advance(1000)
+  t.ok(serving().includes('w1'))
+})
+
+t.test('a discovered server whose models change is replaced in place, without leaving rotation', async (t) => {
+  const { clock, controller, fleet } = setup()
+  controller.setDiscovered([consulServer('w1', 9101)])
+  await clock.advance(1000)
+  t.strictSame(fleet.endpointsServing('m').map((e) => e.name), ['a', 'b', 'w1'])
+  t.strictSame(controller.setDiscovered([consulServer('w1', 9101, ['m', 'n'])]), { added: [], leaving: [], replaced: ['w1'] })
+  const w1 = fleet.get('w1')!
+  t.equal(w1.state, 'active', 'the worker was passing: it stays in')
+  t.strictSame(w1.models, ['m', 'n'])
+  t.strictSame(fleet.endpointsServing('m').map((e) => e.name), ['a', 'b', 'w1'])
+  t.strictSame(fleet.endpointsServing('n').map((e) => e.name), ['w1'], 'and takes the new model at once')
+})
+
+t.test('the file and the admin API win over Consul for the same server; Consul takes over when they let go', async (t) => {
+  const { clock, controller, fleet } = setup()
+  // 'a' is the file's 127.0.0.1:9001: Consul's entry for that address (another name) and one for the name 'b' wait.
+  const changes = controller.setDiscovered([consulServer('w-a', 9001), consulServer('b', 9555), consulServer('w3', 9103)])
+  t.strictSame(changes.added, ['w3'])
+  t.equal(fleet.get('w-a'), undefined)
+  t.equal(controller.sourceOf(fleet.get('b')!), 'file')
+  await clock.advance(1000)
+
+  // An admin entry for w3's address: the Consul one drains out.
+  controller.add({ ...consulServer('manual', 9103), weight: 5 }, 'admin')
+  t.equal(fleet.get('w3')?.state, 'drained', 'the Consul twin yields (nothing in flight: drained at once)')
+  await clock.advance(20)
+  t.equal(fleet.get('w3'), undefined)
+  // The admin entry goes: Consul's comes back.
+  await controller.remove('manual', { force: true })
+  t.equal(controller.sourceOf(fleet.get('w3')!), 'consul')
+})
+
+t.test('an operator\'s drain of a Consul server holds while Consul lists it, across changes, until undrained', async (t) => {
+  const { clock, controller, fleet, serving } = setup()
+  controller.setDiscovered([consulServer('w1', 9101)])
+  await clock.advance(1000)
+  controller.drain('w1')
+  await clock.advance(20)
+  t.equal(fleet.get('w1')!.state, 'drained')
+  controller.setDiscovered([consulServer('w1', 9101, ['m', 'n'])])
+  t.equal(fleet.get('w1')!.state, 'drained', 'a replacement stays drained')
+  await clock.advance(3000)
+  t.notOk(serving().includes('w1'), 'even once its checks pass')
+  await t.rejects(controller.remove('w1'), { code: 'GW_ERR_ADMIN_CONFLICT', message: /Consul, which still lists it/ }, 'an admin removal would not last')
+  controller.undrain('w1')
+  t.ok(serving().includes('w1'))
+})
