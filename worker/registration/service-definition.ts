@@ -84,8 +84,13 @@ export function registrationSettings (options: WorkerConsulOptions, bindHost: st
     if (!Number.isInteger(value) || value <= 0) throw configError(`${name} must be a positive whole number of milliseconds, got ${value}`)
     return value
   }
+  const address = parseConsulAddress(options.address)
+  // The consul client (2.0.1) builds `http://<host>:<port>` unbracketed, which an IPv6 literal breaks (Invalid URL).
+  if (isIP(address.host) === 6) {
+    throw configError(`Consul address '${options.address}': the consul client cannot reach an IPv6 literal; name the agent by host name or IPv4 address`)
+  }
   return Object.freeze({
-    address: parseConsulAddress(options.address),
+    address,
     service: checkServiceName(options.service ?? DEFAULT_CONSUL_SERVICE),
     token: options.token === '' ? undefined : options.token,
     advertiseHost: options.advertiseHost === undefined ? defaultAdvertiseHost(bindHost, host) : checkAdvertiseHost(options.advertiseHost),

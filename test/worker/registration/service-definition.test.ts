@@ -64,6 +64,7 @@ t.test('settings: defaults filled in, bad values refused before anything starts'
   t.match(s, { service: 'flotilla-worker', token: undefined, advertiseHost: '10.0.0.5', labels: {}, checkIntervalMs: 2000, deregisterAfterMs: 60_000 })
   t.match(s.address, { host: '127.0.0.1', port: 8500, secure: false })
   t.throws(() => registrationSettings({ address: 'ftp://x' }, '127.0.0.1'), { code: 'FLT_ERR_CONSUL_CONFIG' })
+  t.throws(() => registrationSettings({ address: 'http://[::1]:8500' }, '127.0.0.1'), { code: 'FLT_ERR_CONSUL_CONFIG', message: /IPv6 literal/ })
   t.throws(() => registrationSettings({ address: 'x', service: 'a b' }, '127.0.0.1'), { message: /not a Consul service name/ })
   t.throws(() => registrationSettings({ address: 'x', labels: { 'a.b': '1' } }, '127.0.0.1'), { message: /label key 'a.b'/ })
   t.throws(() => registrationSettings({ address: 'x', checkIntervalMs: 0 }, '127.0.0.1'), { message: /check interval must be a positive/ })
