@@ -11,6 +11,8 @@ import { loadNative, nativeLoadError } from '../native/index.ts'
 import { logCacheUse, ResponseCache, type ResponseCacheConfig } from './cache/response-cache.ts'
 import { InferenceService, usesResponseCache } from './inference/inference-service.ts'
 import { type GpuDevice } from './instances/instance-groups.ts'
+import { ConsulRegistration } from './registration/consul-registration.ts'
+import { registrationSettings, type WorkerConsulOptions } from './registration/service-definition.ts'
 import { ModelRepository } from './repository/model-repository.ts'
 import { DrainTracker } from './server/drain.ts'
 import { WorkerMetrics, type PendingCount } from './server/metrics.ts'
@@ -74,6 +76,14 @@ export interface WorkerOptions {
    * those models load and run uncached, as in Triton.
    */
   responseCache?: ResponseCacheConfig
+  /**
+   * Registers the worker in Consul once it listens, for gateways that discover their workers there (see
+   * worker/registration/): its ready models as tags, kept up to date while it runs; Consul checks
+   * `/v2/health/ready`. Consul being unreachable never stops the worker from starting or serving: it registers
+   * once the agent answers. Absent: no registration. Settings that cannot work throw `FLT_ERR_CONSUL_CONFIG`
+   * before any model loads.
+   */
+  consul?: WorkerConsulOptions
   logger?: Logger
   random?: () => number
 }
@@ -87,14 +97,19 @@ export interface RunningWorker {
   readonly repository: ModelRepository
   /** Each loaded version's statistics (`GET /v2/models/stats`), which the metrics port also reports. */
   readonly statistics: ModelStatistics
+  /** The worker's Consul entry ({@link WorkerOptions.consul}): its `serviceId`, whether it is `registered`. */
+  readonly registration: ConsulRegistration | undefined
   /**
-   * Graceful stop, so that a gateway in front loses no request. First the draining phase: `/v2/health/ready`
+   * Graceful stop, so that a gateway in front loses no request. With {@link WorkerOptions.consul}, the service
+   * is first put in maintenance (critical in the catalog, so gateways that discover it there stop sending; an
+   * agent that does not answer is given 2 s). Then the draining phase: `/v2/health/ready`
    * answers 400 at once and every response from then on (those of requests already in flight included) carries
    * `x-flotilla-draining: 1` (WORKER_DRAINING_HEADER in common/protocol/headers.ts), while the worker keeps serving
    * everything that reaches it, new requests included. It ends when no request is in progress and none has arrived
    * for {@link WorkerOptions.shutdownQuietMs}, or {@link WorkerOptions.drainTimeoutMs} after close() began,
    * whichever comes first. Then the listener closes (new requests get 503, those still running finish), the models
-   * are unloaded and the metrics listener closes. With no traffic it resolves after about `shutdownQuietMs`.
+   * are unloaded and the metrics listener closes, and last the service is deregistered from Consul (2 s at most).
+   * With no traffic it resolves after about `shutdownQuietMs`.
    * Repeated calls return the same promise; once it resolves no timer or socket of the worker is left.
    */
   close (): Promise<void>
@@ -105,6 +120,7 @@ export async function startWorker (options: WorkerOptions): Promise<RunningWorke
   const drainTimeoutMs = milliseconds('drainTimeoutMs', options.drainTimeoutMs, DEFAULT_DRAIN_TIMEOUT_MS)
   const host = options.host ?? '127.0.0.1'
   const logger = options.logger ?? createLogger({ bindings: { component: 'worker' } })
+  const consul = options.consul === undefined ? undefined : registrationSettings(options.consul, host)
   const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
   const responseCache = options.responseCache === undefined ? undefined : new ResponseCache({ sizeBytes: options.responseCache.sizeBytes, logger })
   // Both read lazily (at scrape time, per loaded version), so they can exist before the repository they describe.
@@ -177,6 +193,18 @@ export async function startWorker (options: WorkerOptions): Promise<RunningWorke
   }
   const url = originOf(host, httpPort)
   logger.info({ url, grpcPort, metricsPort, models: repository.index() }, 'worker listening')
+  // Only now: the entry names the bound ports, and a gateway may send as soon as it appears.
+  const registration = consul === undefined ? undefined : new ConsulRegistration({
+    settings: consul,
+    httpPort,
+    grpcPort,
+    metricsPort,
+    logger,
+    readyModels: () => repository.index(true),
+    ready: () => service.ready(),
+    ...(options.random !== undefined ? { random: options.random } : {})
+  })
+  registration?.start()
 
   let closing: Promise<void> | undefined
   return {
@@ -186,13 +214,20 @@ export async function startWorker (options: WorkerOptions): Promise<RunningWorke
     url,
     repository,
     statistics,
+    registration,
     close () {
       closing ??= (async () => {
+        // Before the drain, so that its quiet period also covers gateways that learn of the stop from Consul.
+        await registration?.maintenance()
         logger.info({ inFlight: drain.inFlight, shutdownQuietMs, drainTimeoutMs }, 'draining: reporting not-ready, still serving')
         const end = await drain.drain({ quietMs: shutdownQuietMs, timeoutMs: drainTimeoutMs, pending: () => repository.pendingRequests() })
         logger.info({ reason: end.reason, inFlight: end.inFlight, durationMs: Math.round(end.durationMs) },
           end.reason === 'quiet' ? 'drained: closing' : 'drain timed out: closing, still waiting for the requests in flight')
-        await teardown()
+        try {
+          await teardown()
+        } finally {
+          await registration?.close()
+        }
       })()
       return closing
     }
