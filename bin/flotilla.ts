@@ -17,6 +17,7 @@ import { grpcPortOf, type FleetConfig } from '../gateway/fleet/fleet-config.ts'
 import { loadGatewayConfig, startGateway } from '../gateway/main.ts'
 import { parseCacheConfig } from '../worker/cache/response-cache.ts'
 import { DEFAULT_MAX_BODY_BYTES, startWorker } from '../worker/main.ts'
+import { CONSUL_ONLY_FLAGS, consulOptionsFromFlags } from '../worker/registration/flags.ts'
 import { runBenchCommand } from './perf/bench-command.ts'
 
 const SELF = fileURLToPath(import.meta.url)
@@ -32,6 +33,8 @@ Usage:
                    [--max-body-bytes N] [--grpc-max-message-bytes N] [--max-header-bytes N] [--max-header-count N]
                    [--header-timeout-ms N] [--body-timeout-ms N] [--idle-timeout-ms N]
                    [--cache-config local,size=BYTES]
+                   [--consul-addr ADDR] [--consul-service NAME] [--consul-token-file F] [--advertise-host H]
+                   [--label KEY=VALUE]... [--consul-check-interval-ms N] [--consul-deregister-after-ms N]
   flotilla fleet   list|add|drain|undrain|remove|weight|canary|cache ... [--admin URL] [--token-file F]
   flotilla cache   stats | purge [MODEL]   (the running gateway's response cache; flags as fleet's)
   flotilla bench   -m MODEL [-u URL] [-i http|grpc] [--concurrency-range A:B[:S|:xF] | --request-rate-range A:B[:S]]
@@ -50,6 +53,13 @@ Commands:
   worker    A worker serving a Triton-style model repository (ports default to HTTP 8000, gRPC 8001, metrics
             8002, as Triton's). --cache-config local,size=BYTES gives it Triton's response cache, for the
             models whose config.pbtxt has response_cache { enable: true }.
+            --consul-addr (else $CONSUL_HTTP_ADDR) registers it in Consul for gateways that discover workers
+            there: service --consul-service (default flotilla-worker) at --advertise-host (default the bind
+            host, or this machine's address for 0.0.0.0), its ready models as tags, each --label as meta;
+            Consul checks /v2/health/ready every --consul-check-interval-ms (default 2000) and drops it after
+            --consul-deregister-after-ms critical (default 60000). The ACL token is read from
+            --consul-token-file, else $CONSUL_HTTP_TOKEN or $CONSUL_HTTP_TOKEN_FILE. On SIGTERM it goes into
+            maintenance first, and is deregistered once stopped.
   bench     Measures a server (gateway or worker) as perf_analyzer does ('flotilla bench --help').
 
 Common flags:
@@ -77,6 +87,13 @@ const options = {
   'body-timeout-ms': { type: 'string' },
   'idle-timeout-ms': { type: 'string' },
   'cache-config': { type: 'string', multiple: true },
+  'consul-addr': { type: 'string' },
+  'consul-service': { type: 'string' },
+  'consul-token-file': { type: 'string' },
+  'advertise-host': { type: 'string' },
+  label: { type: 'string', multiple: true },
+  'consul-check-interval-ms': { type: 'string' },
+  'consul-deregister-after-ms': { type: 'string' },
   'log-level': { type: 'string' }
 } as const
 
@@ -88,7 +105,8 @@ const ALLOWED: Record<string, ReadonlyArray<keyof Flags>> = {
   worker: [
     'model-repository', 'host', 'http-port', 'grpc-port', 'metrics-port', 'max-body-bytes', 'grpc-max-message-bytes',
     'max-header-bytes', 'max-header-count', 'header-timeout-ms', 'body-timeout-ms', 'idle-timeout-ms', 'cache-config',
-    'log-level'
+    'consul-addr', 'consul-service', 'consul-token-file', 'advertise-host', 'label', 'consul-check-interval-ms',
+    'consul-deregister-after-ms', 'log-level'
   ]
 }
 
@@ -148,7 +166,8 @@ function byteCount (flags: Flags, name: 'max-body-bytes' | 'grpc-max-message-byt
 }
 
 /** An integer flag within [min, max]; undefined when the flag is absent. */
-function boundedInteger (flags: Flags, name: 'max-header-bytes' | 'max-header-count' | 'header-timeout-ms' | 'body-timeout-ms' | 'idle-timeout-ms', min: number, max: number): number | undefined {
+function boundedInteger (flags: Flags, name: 'max-header-bytes' | 'max-header-count' | 'header-timeout-ms' | 'body-timeout-ms' | 'idle-timeout-ms' |
+  'consul-check-interval-ms' | 'consul-deregister-after-ms', min: number, max: number): number | undefined {
   const raw = flags[name]
   if (raw === undefined) return undefined
   if (!/^[0-9]+$/.test(raw) || Number(raw) < min || Number(raw) > max) usage(`--${name} must be an integer from ${min} to ${max}, got '${raw}'`)
@@ -182,9 +201,23 @@ async function runWorker (flags: Flags, logger: Logger): Promise<void> {
   } catch (err) {
     usage((err as Error).message)
   }
+  // Consul floors check intervals at 1 s and DeregisterCriticalServiceAfter at 1 min: below those it would differ.
+  const checkIntervalMs = boundedInteger(flags, 'consul-check-interval-ms', 1000, 600_000)
+  const deregisterAfterMs = boundedInteger(flags, 'consul-deregister-after-ms', 60_000, MAX_TIMEOUT_MS)
+  let consul
+  try {
+    consul = consulOptionsFromFlags({ ...flags, checkIntervalMs, deregisterAfterMs })
+  } catch (err) {
+    usage((err as Error).message)
+  }
+  const strays = CONSUL_ONLY_FLAGS.filter(name => flags[name] !== undefined)
+  if (consul === undefined && strays.length > 0) {
+    logger.warn({ flags: strays.map(name => `--${name}`) }, 'no --consul-addr or CONSUL_HTTP_ADDR: not registering in Consul')
+  }
   const worker = await startWorker({
     modelRepository: repo,
     logger,
+    ...(consul !== undefined ? { consul } : {}),
     ...(responseCache !== undefined ? { responseCache } : {}),
     maxBodyBytes: maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES,
     ...(grpcMaxMessageBytes !== undefined ? { grpcMaxMessageBytes } : {}),
