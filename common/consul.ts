@@ -66,11 +66,13 @@ export function parseConsulAddress (text: string): ConsulAddress {
   if (url.hostname === '' || (url.pathname !== '/' && url.pathname !== '') || url.search !== '' || url.username !== '') {
     throw createError('FLT_ERR_CONSUL_CONFIG', `'${text}' is not a Consul address: write host:port, http://host:port or https://host:port (no path, query or credentials)`)
   }
+  // The consul client (2.0.1) builds `http://<host>:<port>` unbracketed, which an IPv6 literal breaks (Invalid URL).
+  if (url.hostname.startsWith('[')) {
+    throw createError('FLT_ERR_CONSUL_CONFIG', `Consul address '${text}': the consul client cannot reach an IPv6 literal; name the agent by host name or IPv4 address`)
+  }
   const secure = url.protocol === 'https:'
   const port = url.port === '' ? (secure ? 443 : 8500) : Number(url.port)
-  // URL keeps IPv6 hosts bracketed; the client wants them bare.
-  const host = url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname
-  return Object.freeze({ secure, host, port, url: `${url.protocol}//${url.host}` })
+  return Object.freeze({ secure, host: url.hostname, port, url: `${url.protocol}//${url.host}` })
 }
 
 /**

@@ -11,6 +11,7 @@
  *   an index below 1 is treated as 1 rather than 0, which would not block;
  * - a wake-up that changed nothing (same index) is followed by a short pause, so a flapping agent cannot make a
  *   busy loop of the gateway;
+ * - after a failure, the next query does not block, so the end of an outage is seen as soon as Consul answers;
  * - `stale` reads are fine here (any server answers; a stale view is at most a few hundred ms behind), and the
  *   request's own deadline is the wait plus Consul's jitter (wait/16) plus a margin.
  *
@@ -238,6 +239,9 @@ export class ConsulDiscovery {
       } catch (err) {
         if (!this.#running) break
         this.#failed(err)
+        // The next query does not block: Consul back means an answer at once (the outage ends in the status and the
+        // log then, not a wait later) with whatever changed meanwhile.
+        this.#index = 0
         pause = retryDelay(this.#consecutiveErrors, this.#options.random)
       }
       if (pause > 0 && this.#running) await this.#pause(pause)

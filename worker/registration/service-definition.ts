@@ -85,10 +85,6 @@ export function registrationSettings (options: WorkerConsulOptions, bindHost: st
     return value
   }
   const address = parseConsulAddress(options.address)
-  // The consul client (2.0.1) builds `http://<host>:<port>` unbracketed, which an IPv6 literal breaks (Invalid URL).
-  if (isIP(address.host) === 6) {
-    throw configError(`Consul address '${options.address}': the consul client cannot reach an IPv6 literal; name the agent by host name or IPv4 address`)
-  }
   return Object.freeze({
     address,
     service: checkServiceName(options.service ?? DEFAULT_CONSUL_SERVICE),

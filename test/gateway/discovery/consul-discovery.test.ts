@@ -210,7 +210,8 @@ t.test('Consul going away changes nothing: errors and an outage keep the fleet, 
   await h.register('w3', 9003, ['model=m'])
   await h.until(() => errors() === n + 2, 'two 500s')
   await h.register('w4', 9004, ['model=m'])
-  await h.until(() => seen.length === 4, 'past the 500s')
+  // w3 and w4 may come in one answer, or two: the first query after the errors does not block.
+  await h.until(() => last(seen).length === 4, 'past the 500s')
   t.strictSame(last(seen), ['w1', 'w2', 'w3', 'w4'])
   t.equal(discovery.status.state, 'ok')
 })
@@ -239,8 +240,8 @@ t.test('Consul\'s index rules: backwards resets to 0 (no blocking), below 1 is 1
   const end = Date.now() + 5000
   while (asked.length < 7 && Date.now() < end) await sleep(10)
   // 100 -> ask 100; 50 (backwards) -> reset, ask without an index; 60 -> ask 60; 0 -> ask 1; no header -> an
-  // error, retried on the index it had; then 70.
-  t.strictSame(asked, [null, '100', null, '60', '1', '1', '70'])
+  // error, retried without an index (not blocking); then 70.
+  t.strictSame(asked, [null, '100', null, '60', '1', null, '70'])
   t.equal(errors, 1, 'the answer without X-Consul-Index counted as an error')
 })
 
