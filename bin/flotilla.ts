@@ -8,6 +8,7 @@ import { readFileSync, writeFileSync } from 'node:fs'
 import { dirname, isAbsolute, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
+import { CONSUL_ADDR_ENV } from '../common/consul.ts'
 import { createError, isFlotillaError } from '../common/errors.ts'
 import { isLoopbackHost } from '../common/http-server.ts'
 import { createLogger, type Logger } from '../common/logger.ts'
@@ -262,7 +263,9 @@ interface ReadyMessage { type: string, httpPort: number, grpcPort: number, metri
  * (after the gateway has finished with them).
  */
 function forkWorker (args: string[], name: string, children: ChildProcess[]): Promise<{ child: ChildProcess, ready: ReadyMessage }> {
-  const child = fork(SELF, ['worker', ...args], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], detached: true })
+  // The demo fleet is the fleet file's: its workers do not register in a Consul agent the shell happens to name.
+  const { [CONSUL_ADDR_ENV]: _consul, ...env } = process.env
+  const child = fork(SELF, ['worker', ...args], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], detached: true, env })
   children.push(child)
   return new Promise((resolveReady, reject) => {
     const onExit = (code: number | null, signal: string | null): void => {

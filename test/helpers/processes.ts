@@ -39,7 +39,10 @@ export async function stop (child: ChildProcess, signal: NodeJS.Signals = 'SIGTE
 /** Forks `flotilla <args>` and resolves once it reports its ports over IPC. */
 export async function spawnFlotilla (tt: Tap, args: string[], env: Record<string, string> = {}): Promise<FlotillaProcess> {
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run 'npm run build' (npm test does it first)`)
-  const child = fork(CLI, args, { stdio: ['ignore', 'pipe', 'pipe', 'ipc'], env: { ...process.env, LOG_LEVEL: 'warn', ...env } })
+  // A Consul agent the developer's shell names (to run the contract tests against it) is not for every worker the
+  // tests start: only the tests that pass CONSUL_HTTP_ADDR in `env` register anywhere.
+  const { CONSUL_HTTP_ADDR: _addr, CONSUL_HTTP_TOKEN: _token, CONSUL_HTTP_TOKEN_FILE: _tokenFile, ...inherited } = process.env
+  const child = fork(CLI, args, { stdio: ['ignore', 'pipe', 'pipe', 'ipc'], env: { ...inherited, LOG_LEVEL: 'warn', ...env } })
   let out = ''
   child.stdout?.on('data', (d: Buffer) => { out += d.toString() })
   child.stderr?.on('data', (d: Buffer) => { out += d.toString() })
