@@ -50,6 +50,7 @@ const SMOKE: Record<string, Smoke> = {
       BENCH_CPU_IDLE_S: '0', BENCH_COALESCE_N: '8', BENCH_REDIS: 'skip'
     }
   },
+  discovery: { env: { BENCH_ROUNDS: '1', BENCH_RATE: '20', BENCH_PATHS: 'consul' } },
   'json-memory': { env: { BENCH_SIZES_KIB: '256', BENCH_CASES: 'FP32-pixels,BYTES', BENCH_FORMS: 'json,binary' } }
 }
 
