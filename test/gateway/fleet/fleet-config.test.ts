@@ -679,3 +679,10 @@ t.test('discovery.consul: servers may come from Consul alone; its keys are check
   }
   t.match(problems(t, 'load_balancer: { type: round_robin }\ndiscovery: { consul: { token: abc } }\n'), "unknown key 'token' in discovery.consul", 'a token itself is not a key (token_file is)')
 })
+
+t.test('the example fleets in config/ load', async (t) => {
+  for (const file of ['fleet.yaml', 'fleet-consul.yaml']) {
+    const config = loadFleetFile(fileURLToPath(new URL(`../../../config/${file}`, import.meta.url)), options)
+    t.ok(config.inference_servers.length > 0 || config.discovery.consul !== undefined, file)
+  }
+})
