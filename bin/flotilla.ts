@@ -35,7 +35,8 @@ Usage:
                    [--header-timeout-ms N] [--body-timeout-ms N] [--idle-timeout-ms N]
                    [--cache-config local,size=BYTES]
                    [--consul-addr ADDR] [--consul-service NAME] [--consul-token-file F] [--advertise-host H]
-                   [--label KEY=VALUE]... [--consul-check-interval-ms N] [--consul-deregister-after-ms N]
+                   [--label KEY=VALUE]... [--consul-tag TAG]... [--consul-check-interval-ms N]
+                   [--consul-deregister-after-ms N]
   flotilla fleet   list|add|drain|undrain|remove|weight|canary|cache ... [--admin URL] [--token-file F]
   flotilla cache   stats | purge [MODEL]   (the running gateway's response cache; flags as fleet's)
   flotilla bench   -m MODEL [-u URL] [-i http|grpc] [--concurrency-range A:B[:S|:xF] | --request-rate-range A:B[:S]]
@@ -56,7 +57,8 @@ Commands:
             models whose config.pbtxt has response_cache { enable: true }.
             --consul-addr (else $CONSUL_HTTP_ADDR) registers it in Consul for gateways that discover workers
             there: service --consul-service (default flotilla-worker) at --advertise-host (default the bind
-            host, or this machine's address for 0.0.0.0), its ready models as tags, each --label as meta;
+            host, or this machine's address for 0.0.0.0), its ready models and each --consul-tag as tags
+            (a gateway's discovery.consul.tag watches one), each --label as meta;
             Consul checks /v2/health/ready every --consul-check-interval-ms (default 2000) and drops it after
             --consul-deregister-after-ms critical (default 60000). The ACL token is read from
             --consul-token-file, else $CONSUL_HTTP_TOKEN or $CONSUL_HTTP_TOKEN_FILE. On SIGTERM it goes into
@@ -93,6 +95,7 @@ const options = {
   'consul-token-file': { type: 'string' },
   'advertise-host': { type: 'string' },
   label: { type: 'string', multiple: true },
+  'consul-tag': { type: 'string', multiple: true },
   'consul-check-interval-ms': { type: 'string' },
   'consul-deregister-after-ms': { type: 'string' },
   'log-level': { type: 'string' }
@@ -106,7 +109,7 @@ const ALLOWED: Record<string, ReadonlyArray<keyof Flags>> = {
   worker: [
     'model-repository', 'host', 'http-port', 'grpc-port', 'metrics-port', 'max-body-bytes', 'grpc-max-message-bytes',
     'max-header-bytes', 'max-header-count', 'header-timeout-ms', 'body-timeout-ms', 'idle-timeout-ms', 'cache-config',
-    'consul-addr', 'consul-service', 'consul-token-file', 'advertise-host', 'label', 'consul-check-interval-ms',
+    'consul-addr', 'consul-service', 'consul-token-file', 'advertise-host', 'label', 'consul-tag', 'consul-check-interval-ms',
     'consul-deregister-after-ms', 'log-level'
   ]
 }

@@ -43,7 +43,7 @@ t.test('workers register, a gateway with no server in its file discovers them; k
   const repository = join(dir, 'models')
   const startWorker = (): Promise<FlotillaProcess> => spawnFlotilla(t, [
     'worker', '--model-repository', repository, '--http-port', '0', '--grpc-port', '0', '--metrics-port', '-1',
-    '--consul-addr', consul.url, '--consul-check-interval-ms', '1000', '--label', 'zone=test'
+    '--consul-addr', consul.url, '--consul-check-interval-ms', '1000', '--label', 'zone=test', '--consul-tag', 'pool=e2e'
   ])
   const workers = await Promise.all([startWorker(), startWorker(), startWorker()])
   const idOf = (w: FlotillaProcess): string => `flotilla-worker-127.0.0.1-${w.httpPort}`
@@ -55,6 +55,7 @@ t.test('workers register, a gateway with no server in its file discovers them; k
     '  consul:',
     `    address: ${consul.url}`,
     '    service: flotilla-worker',
+    '    tag: pool=e2e',
     'health_check: { interval_ms: 500 }',
     'gateway: { drain_timeout_ms: 5000 }'
   ].join('\n') + '\n')

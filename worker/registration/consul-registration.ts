@@ -196,7 +196,7 @@ export class ConsulRegistration {
   async #runCycle (): Promise<void> {
     let next = this.#options.pollMs ?? POLL_MS
     try {
-      const tags = modelTags(this.#options.readyModels())
+      const tags = [...this.#settings.tags, ...modelTags(this.#options.readyModels())]
       if (this.#registeredTags !== tags.join('\n')) {
         await this.#register(tags)
       } else if (this.#timers.now() - this.#verifiedAt >= (this.#options.verifyMs ?? VERIFY_MS)) {

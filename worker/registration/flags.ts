@@ -5,7 +5,7 @@
  */
 import { CONSUL_ADDR_ENV, CONSUL_TOKEN_FILE_ENV, parseConsulAddress, readConsulToken } from '../../common/consul.ts'
 import { createError } from '../../common/errors.ts'
-import { checkAdvertiseHost, checkServiceName, parseLabels, type WorkerConsulOptions } from './service-definition.ts'
+import { checkAdvertiseHost, checkServiceName, checkTags, parseLabels, type WorkerConsulOptions } from './service-definition.ts'
 
 /** The flags as parsed (strings; the two integers already checked). */
 export interface ConsulFlags {
@@ -14,12 +14,13 @@ export interface ConsulFlags {
   'consul-token-file'?: string | undefined
   'advertise-host'?: string | undefined
   label?: string[] | undefined
+  'consul-tag'?: string[] | undefined
   checkIntervalMs?: number | undefined
   deregisterAfterMs?: number | undefined
 }
 
 /** The flags that mean nothing without an agent: the CLI warns when one comes without --consul-addr. */
-export const CONSUL_ONLY_FLAGS = ['consul-service', 'consul-token-file', 'advertise-host', 'label'] as const
+export const CONSUL_ONLY_FLAGS = ['consul-service', 'consul-token-file', 'advertise-host', 'label', 'consul-tag'] as const
 
 /**
  * The registration the flags ask for; undefined when neither `--consul-addr` nor `CONSUL_HTTP_ADDR` names an
@@ -31,6 +32,7 @@ export function consulOptionsFromFlags (flags: ConsulFlags, env: NodeJS.ProcessE
   const service = check('--consul-service', flags['consul-service'], checkServiceName)
   const advertiseHost = check('--advertise-host', flags['advertise-host'], checkAdvertiseHost)
   const labels = parseLabels(flags.label ?? [], '--label')
+  const tags = checkTags(flags['consul-tag'] ?? [], '--consul-tag')
   const fromFlag = flags['consul-addr']
   const address = fromFlag ?? (env[CONSUL_ADDR_ENV] === '' ? undefined : env[CONSUL_ADDR_ENV])
   if (address === undefined) return undefined
@@ -43,6 +45,7 @@ export function consulOptionsFromFlags (flags: ConsulFlags, env: NodeJS.ProcessE
   return {
     address,
     labels,
+    tags,
     ...(service !== undefined ? { service } : {}),
     ...(token !== undefined ? { token } : {}),
     ...(advertiseHost !== undefined ? { advertiseHost } : {}),

@@ -45,6 +45,11 @@ export interface WorkerConsulOptions {
   advertiseHost?: string
   /** Free-form labels (zone, gpu, ...), as service meta `label_<key>`; keys per LABEL_KEY. */
   labels?: Readonly<Record<string, string>>
+  /**
+   * Tags added to the model tags (a pool, a zone), which a gateway can watch alone (`discovery.consul.tag`); none
+   * may start with `model=`, which names models.
+   */
+  tags?: readonly string[]
   /** How often Consul checks `/v2/health/ready` (default 2000 ms; Consul floors it at 1 s). */
   checkIntervalMs?: number
   /** How long the check may stay critical before Consul drops the service (default 60 000 ms, Consul's floor). */
@@ -58,6 +63,7 @@ export interface RegistrationSettings {
   readonly token: string | undefined
   readonly advertiseHost: string
   readonly labels: Readonly<Record<string, string>>
+  readonly tags: readonly string[]
   readonly checkIntervalMs: number
   readonly deregisterAfterMs: number
 }
@@ -91,9 +97,26 @@ export function registrationSettings (options: WorkerConsulOptions, bindHost: st
     token: options.token === '' ? undefined : options.token,
     advertiseHost: options.advertiseHost === undefined ? defaultAdvertiseHost(bindHost, host) : checkAdvertiseHost(options.advertiseHost),
     labels: Object.freeze(checkLabels(options.labels ?? {})),
+    tags: Object.freeze(checkTags(options.tags ?? [])),
     checkIntervalMs: positive('the Consul check interval', options.checkIntervalMs, DEFAULT_CHECK_INTERVAL_MS),
     deregisterAfterMs: positive('the Consul deregister-after time', options.deregisterAfterMs, DEFAULT_DEREGISTER_AFTER_MS)
   })
+}
+
+/**
+ * Extra tags: 1 to 255 printable ASCII characters without spaces, each once, none naming a model.
+ *
+ * @throws FlotillaError `FLT_ERR_CONSUL_CONFIG`
+ */
+export function checkTags (tags: readonly string[], what = 'tag'): string[] {
+  const seen = new Set<string>()
+  for (const tag of tags) {
+    if (!/^[!-~]{1,255}$/.test(tag)) throw configError(`${what} '${tag}' must be 1 to 255 printable ASCII characters without spaces`)
+    if (tag.startsWith(MODEL_TAG_PREFIX)) throw configError(`${what} '${tag}' starts with '${MODEL_TAG_PREFIX}', which names the models a worker serves; the worker adds those itself`)
+    if (seen.has(tag)) throw configError(`${what} '${tag}' is given twice`)
+    seen.add(tag)
+  }
+  return [...seen]
 }
 
 /** @throws FlotillaError `FLT_ERR_CONSUL_CONFIG` */

@@ -26,10 +26,10 @@ async function worker (t: Test, consul: NonNullable<WorkerOptions['consul']>, ex
 
 const messages = (lines: LogLine[], level?: number): string[] => lines.filter(l => level === undefined || l.level === level).map(l => l.msg)
 
-t.test('registers its ID, address, ports, ready models and labels, with an HTTP check that passes from the start', async t => {
+t.test('registers its ID, address, ports, ready models, tags and labels, with an HTTP check that passes from the start', async t => {
   const d = await double(t, { token: 's3cret-token' })
   const proxy = await recordingProxy(t, d.url)
-  const { w, text } = await worker(t, { address: proxy.url, token: 's3cret-token', labels: { zone: 'eu-1', gpu: 'a100' } })
+  const { w, text } = await worker(t, { address: proxy.url, token: 's3cret-token', labels: { zone: 'eu-1', gpu: 'a100' }, tags: ['pool-a'] })
   const id = `flotilla-worker-127.0.0.1-${w.httpPort}`
   t.equal(w.registration?.serviceId, id)
 
@@ -40,7 +40,7 @@ t.test('registers its ID, address, ports, ready models and labels, with an HTTP 
     Address: '127.0.0.1',
     Port: w.httpPort,
     // Triton's default version policy loads echo's latest version only: the tags name what is READY.
-    Tags: ['model=add', 'model=add:1', 'model=echo', 'model=echo:2'],
+    Tags: ['pool-a', 'model=add', 'model=add:1', 'model=echo', 'model=echo:2'],
     Meta: { grpc_port: String(w.grpcPort), metrics_port: String(w.metricsPort), label_zone: 'eu-1', label_gpu: 'a100' },
     Checks: [{ CheckID: `service:${id}`, Type: 'http', Status: 'passing' }]
   })
