@@ -15,10 +15,15 @@ import t from 'tap'
 import { countBy, OpenLoop, showSome, waitFor } from '../helpers/load.ts'
 import { startConsulDouble } from '../helpers/consul-double.ts'
 import { get } from '../helpers/http.ts'
+import { scrape, sumOf } from '../helpers/scrape.ts'
 import { spawnFlotilla, type FlotillaProcess } from '../helpers/processes.ts'
 
-/** How long Consul is away. The issue's 30 s: long enough for every retry back-off to reach its ceiling. */
-const OUTAGE_MS = Number(process.env.FLOTILLA_E2E_CONSUL_OUTAGE_MS ?? 30_000)
+/**
+ * How long Consul is away: 12 s by default, past the 10 s ceiling of the retry back-off (both tiers), so the capped
+ * back-off runs; FLOTILLA_E2E_CONSUL_OUTAGE_MS=30000 runs the issue's 30 s (nothing else differs: the wait is idle,
+ * and npm test has a time budget).
+ */
+const OUTAGE_MS = Number(process.env.FLOTILLA_E2E_CONSUL_OUTAGE_MS ?? 12_000)
 
 const INPUT = Array.from({ length: 16 }, (_, i) => i / 4)
 const BODY = JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [1, 16], data: INPUT }] })
@@ -125,6 +130,10 @@ t.test('workers register, a gateway with no server in its file discovers them; k
   await consul.restore()
   t.ok(await fleetUntil((f) => f.discovery?.state === 'ok', 15_000), 'discovery resumes once Consul is back')
   t.strictSame(active(view), before)
+  const { samples } = await scrape(gw)
+  t.ok(sumOf(samples, 'flotilla_discovery_errors_total', { source: 'consul' }) >= 1, 'the outage\'s failed queries are counted')
+  t.ok(sumOf(samples, 'flotilla_discovery_last_success_timestamp_seconds', { source: 'consul' }) > Date.now() / 1000 - 15, 'and the last answer is recent again')
+  t.equal(sumOf(samples, 'flotilla_discovery_servers', { source: 'consul' }), 2)
 
   const all = await load.stop()
   const failed = all.filter((x) => x.status !== 200)

@@ -78,8 +78,10 @@ t.test('flotilla start on free ports serves the README curl', async t => {
 })
 
 t.test('the CLI explains its usage and refuses bad flags', async t => {
-  const run = (args: string[]): Promise<{ code: number | null, out: string }> => new Promise(resolve => {
-    const c = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
+  // CONSUL_HTTP_* cleared unless a case sets them, so that the caller's environment stays out.
+  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('CONSUL_HTTP_')))
+  const run = (args: string[], env: Record<string, string> = {}): Promise<{ code: number | null, out: string }> => new Promise(resolve => {
+    const c = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...base, ...env } })
     let out = ''
     c.stdout.on('data', (d: Buffer) => { out += d.toString() })
     c.stderr.on('data', (d: Buffer) => { out += d.toString() })
@@ -90,8 +92,14 @@ t.test('the CLI explains its usage and refuses bad flags', async t => {
   t.match(help.out, /flotilla start/)
   t.match(help.out, /flotilla gateway --config FILE/)
   t.match(help.out, /flotilla worker\s+--model-repository DIR/)
+  t.match(help.out, /\[--consul-addr ADDR\] \[--consul-service NAME\] \[--consul-token-file F\] \[--advertise-host H\]/)
+  t.match(help.out, /\[--label KEY=VALUE\]\.\.\. \[--consul-tag TAG\]\.\.\. \[--consul-check-interval-ms N\]/)
 
-  const cases: Array<[string[], RegExp]> = [
+  // Every Consul refusal is tested in process (test/worker/registration/flags.test.ts); here one of each kind the
+  // CLI makes: a value from the environment, and an integer flag.
+  const cases: Array<[string[], RegExp, Record<string, string>?]> = [
+    [['worker', '--model-repository', '.', '--label', 'zone=a'], /flotilla: CONSUL_HTTP_ADDR: 'ftp:\/\/agent:8500' uses ftp/, { CONSUL_HTTP_ADDR: 'ftp://agent:8500' }],
+    [['worker', '--model-repository', '.', '--consul-addr', 'agent', '--consul-check-interval-ms', '500'], /--consul-check-interval-ms must be an integer from 1000 to 600000, got '500'/],
     [['bogus'], /unknown command 'bogus'/],
     [['worker'], /needs --model-repository/],
     [['gateway'], /needs --config/],
@@ -101,7 +109,7 @@ t.test('the CLI explains its usage and refuses bad flags', async t => {
     [['start', '--worker-ports', '1,2,3'], /--worker-ports takes 0 or 2/]
   ]
   // At once: each is a process start, most of this test's time.
-  const [results, missing] = await Promise.all([Promise.all(cases.map(([args]) => run(args))), run(['gateway', '--config', '/nonexistent/fleet.yaml'])])
+  const [results, missing] = await Promise.all([Promise.all(cases.map(([args, , env]) => run(args, env))), run(['gateway', '--config', '/nonexistent/fleet.yaml'])])
   cases.forEach(([args, message], i) => {
     t.equal(results[i]!.code, 2, `${args.join(' ')} exits 2`)
     t.match(results[i]!.out, message, args.join(' '))

@@ -44,6 +44,8 @@ function storeOn (t: Test, url: string, options: Partial<RedisStoreOptions> = {}
     url,
     onError: (kind, err) => { errors.push({ kind, err }) },
     logger: createLogger({ level: 'info', destination }),
+    // Generous unless a test is about the deadline: a loaded CI machine took the default 50 ms for one SET.
+    timeoutMs: 2000,
     ...options
   })
   t.teardown(() => store.close())
