@@ -46,7 +46,7 @@ const SMOKE: Record<string, Smoke> = {
   cache: {
     env: {
       BENCH_DURATION_S: '1', BENCH_WARMUP_S: '0', BENCH_OVERLOAD: '0.5', BENCH_CACHED_FACTOR: '1', BENCH_CAPACITY_S: '0',
-      BENCH_CPU_DURATION_S: '1', BENCH_CPU_ROUNDS: '1',
+      BENCH_CPU_DURATION_S: '1', BENCH_CPU_ROUNDS: '1', BENCH_CPU_LOADED_RPS: '50',
       BENCH_CPU_IDLE_S: '0', BENCH_COALESCE_N: '8', BENCH_REDIS: 'skip'
     }
   },
@@ -84,10 +84,11 @@ t.test('every bench in bench/ has a smoke run here', async (t) => {
 
 t.test('each bench runs for a second and ends with its JSON line', async (t) => {
   const required = process.env.FLOTILLA_BENCH_TOOLS === 'required'
-  // Two lanes at once, each bench in a lane after the other: they are short and mostly wait for the processes they
-  // start, but those that pick free ports for HAProxy and NGINX must not race each other for them. The loads are
-  // light (few connections): this checks that each bench runs to its JSON line, not what it measures, and the
-  // suite shares two cores with other test files.
+  // Three lanes at once, each bench in a lane after the other: they are short and mostly wait for the processes they
+  // start, but those that pick free ports for HAProxy and NGINX must not race each other for them (one lane), and
+  // protocol, the longest (a load-generator process per cell), gets a lane to itself. The loads are light (few
+  // connections): this checks that each bench runs to its JSON line, not what it measures, and the suite shares two
+  // cores with other test files.
   const one = async ([name, smoke]: [string, Smoke]): Promise<void> => {
     if (!existsSync(join(DIST, `${name}.js`))) {
       t.fail(`dist/bench/${name}.js is missing: run 'npm run build' (npm test does it first)`)
@@ -116,7 +117,12 @@ t.test('each bench runs for a second and ends with its JSON line', async (t) => 
     for (const entry of entries) await one(entry)
   }
   const all = Object.entries(SMOKE)
-  await Promise.all([lane(all.filter(([, s]) => s.tools !== undefined)), lane(all.filter(([, s]) => s.tools === undefined))])
+  const alone = (name: string): boolean => name === 'protocol'
+  await Promise.all([
+    lane(all.filter(([, s]) => s.tools !== undefined)),
+    lane(all.filter(([name, s]) => s.tools === undefined && alone(name))),
+    lane(all.filter(([name, s]) => s.tools === undefined && !alone(name)))
+  ])
 })
 
 t.test('cpuprofile-summary reads a profile', async (t) => {
