@@ -13,13 +13,10 @@ import { createError, isFlotillaError } from '../common/errors.ts'
 import { isLoopbackHost } from '../common/http-server.ts'
 import { createLogger, type Logger } from '../common/logger.ts'
 import { FLOTILLA_VERSION, PACKAGE_ROOT } from '../common/package-root.ts'
-import { runFleetCommand } from '../gateway/admin/fleet-cli.ts'
-import { grpcPortOf, type FleetConfig } from '../gateway/fleet/fleet-config.ts'
-import { loadGatewayConfig, startGateway } from '../gateway/main.ts'
-import { parseCacheConfig } from '../worker/cache/response-cache.ts'
-import { DEFAULT_MAX_BODY_BYTES, startWorker } from '../worker/main.ts'
-import { CONSUL_ONLY_FLAGS, consulOptionsFromFlags } from '../worker/registration/flags.ts'
-import { runBenchCommand } from './perf/bench-command.ts'
+import { type FleetConfig } from '../gateway/fleet/fleet-config.ts'
+// Each command imports what it runs when it runs (below): a worker process never loads the gateway's modules (Redis,
+// discovery, the balancers), nor a gateway the worker's (the native addon, onnxruntime), nor either the load
+// generator. That halves a worker's start-up CPU, which every process start of a fleet (and of the tests) pays.
 
 const SELF = fileURLToPath(import.meta.url)
 const DEFAULT_FLEET = join(PACKAGE_ROOT, 'config', 'fleet.yaml')
@@ -183,6 +180,9 @@ const MAX_TIMEOUT_MS = 2 ** 31 - 1
 
 async function runWorker (flags: Flags, logger: Logger): Promise<void> {
   const repo = flags['model-repository'] ?? usage('flotilla worker needs --model-repository DIR')
+  const [{ parseCacheConfig }, { DEFAULT_MAX_BODY_BYTES, startWorker }, { CONSUL_ONLY_FLAGS, consulOptionsFromFlags }] = await Promise.all([
+    import('../worker/cache/response-cache.ts'), import('../worker/main.ts'), import('../worker/registration/flags.ts')
+  ])
   const maxBodyBytes = byteCount(flags, 'max-body-bytes')
   const grpcMaxMessageBytes = byteCount(flags, 'grpc-max-message-bytes')
   const httpPort = port(flags, 'http-port')
@@ -237,6 +237,7 @@ async function runWorker (flags: Flags, logger: Logger): Promise<void> {
 
 async function runGateway (flags: Flags, logger: Logger): Promise<void> {
   const file = flags.config ?? usage('flotilla gateway needs --config FILE (a fleet file)')
+  const { loadGatewayConfig, startGateway } = await import('../gateway/main.ts')
   const config = loadGatewayConfig(file)
   const httpPort = port(flags, 'http-port')
   const grpcPort = port(flags, 'grpc-port', -1)
@@ -286,6 +287,7 @@ function forkWorker (args: string[], name: string, children: ChildProcess[]): Pr
 
 async function runStart (flags: Flags, logger: Logger): Promise<void> {
   const file = resolve(flags.config ?? DEFAULT_FLEET)
+  const [{ loadGatewayConfig, startGateway }, { grpcPortOf }] = await Promise.all([import('../gateway/main.ts'), import('../gateway/fleet/fleet-config.ts')])
   const fleet = loadGatewayConfig(file)
   if (fleet.model_repository === undefined) {
     usage(`flotilla start serves the fleet file's model_repository, and ${file} has none; add one or start workers yourself`)
@@ -401,6 +403,7 @@ function joinNegativeValues (argv: readonly string[]): string[] {
 async function main (argv: string[]): Promise<void> {
   // `bench` is a load generator, with flags of its own (perf_analyzer's).
   if (argv[0] === 'bench') {
+    const { runBenchCommand } = await import('./perf/bench-command.ts')
     process.exitCode = await runBenchCommand(argv.slice(1), {
       stdout: process.stdout,
       stderr: process.stderr,
@@ -411,6 +414,7 @@ async function main (argv: string[]): Promise<void> {
   }
   // `fleet` is a client of a running gateway, with flags of its own; `cache` is its `fleet cache`.
   if (argv[0] === 'fleet' || argv[0] === 'cache') {
+    const { runFleetCommand } = await import('../gateway/admin/fleet-cli.ts')
     process.exitCode = await runFleetCommand(argv[0] === 'cache' ? argv : argv.slice(1), {
       stdout: process.stdout,
       stderr: process.stderr,

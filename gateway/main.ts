@@ -295,7 +295,10 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
     token,
     host: adminHost,
     ...(settings.admin_allowed_hosts !== undefined ? { allowedHosts: settings.admin_allowed_hosts } : {}),
-    config: () => effectiveConfig(current, fleet, canaries),
+    config: () => effectiveConfig(current, fleet, canaries, (name) => {
+      const endpoint = fleet.get(name)
+      return endpoint !== undefined && controller.sourceOf(endpoint) !== 'consul'
+    }),
     cache,
     now: deps.now
   })
@@ -430,11 +433,15 @@ export async function startGateway (options: GatewayOptions): Promise<RunningGat
  */
 const RESTART_SECTIONS = ['gateway', 'retries', 'health_check', 'outlier_detection', 'cache', 'discovery'] as const
 
-/** The config as it runs now: the file's, with the live servers (admin changes included) and canaries. */
-function effectiveConfig (config: FleetConfig, fleet: Fleet, canaries: Canaries): unknown {
+/**
+ * The config as it runs now: the file's, with the live servers (admin changes included) and canaries. Servers found
+ * by discovery are not among `inference_servers`: the `discovery` section stands for them, so the answer still
+ * reads as a fleet file that would start this fleet.
+ */
+function effectiveConfig (config: FleetConfig, fleet: Fleet, canaries: Canaries, listed: (name: string) => boolean): unknown {
   return {
     ...config,
-    inference_servers: fleet.servers().map((s) => ({ ...s, protocol: 'http' })),
+    inference_servers: fleet.servers().filter((s) => listed(s.name)).map((s) => ({ ...s, protocol: 'http' })),
     load_balancer: { ...config.load_balancer, servers: undefined },
     canary: Object.fromEntries(canaries.list().map((c) => [c.canary.model, c.config]))
   }

@@ -64,7 +64,7 @@ t.test('workers register, a gateway with no server in its file discovers them; k
     'health_check: { interval_ms: 500 }',
     'gateway: { drain_timeout_ms: 5000 }'
   ].join('\n') + '\n')
-  const gw = await spawnFlotilla(t, ['gateway', '--config', file, '--http-port', '0', '--grpc-port', '-1', '--metrics-port', '0', '--admin-port', '-1'])
+  const gw = await spawnFlotilla(t, ['gateway', '--config', file, '--http-port', '0', '--grpc-port', '-1', '--metrics-port', '0', '--admin-port', '0'])
   const fleet = async (): Promise<FleetAnswer> => (await get(`${gw.url}/v2/fleet`)).json as FleetAnswer
   let view: FleetAnswer = await fleet()
   /** Polls /v2/fleet until `check` holds; the last view stays in `view` for the assertions after. */
@@ -84,6 +84,9 @@ t.test('workers register, a gateway with no server in its file discovers them; k
   t.ok(view.endpoints.every((e) => e.source === 'consul'), 'each shown as coming from Consul')
   t.equal(view.discovery?.state, 'ok')
   t.equal((await get(`${gw.url}/v2/health/ready`)).status, 200, 'the gateway is ready')
+  const effective = (await get(`http://127.0.0.1:${gw.adminPort!}/v1/config`)).json as { inference_servers: unknown[], discovery: unknown }
+  t.strictSame(effective.inference_servers, [], 'the effective config lists no discovered server: its discovery section stands for them')
+  t.match(effective.discovery, { consul: { service: 'flotilla-worker', tag: 'pool=e2e' } })
 
   const load = new OpenLoop({ url: `${gw.url}/v2/models/simulated/infer`, body: BODY, timeoutMs: 20_000 }, 25)
   t.teardown(() => load.stop())

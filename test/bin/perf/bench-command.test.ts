@@ -143,8 +143,9 @@ t.test('every transport against the real worker: plausible throughput, no errors
     const step = summary.steps[0]
     t.equal(step.errors, 0, `${name}: no errors`)
     t.strictSame(step.error_messages, [])
-    // Two in flight, 2 ms each: at most 1000/s; a transport that stalls would fall far below.
-    t.ok(step.inferences_per_second > 50 && step.inferences_per_second <= 2 * 500 * 1.05, `${name}: ${step.inferences_per_second} infer/s`)
+    // Two in flight, 2 ms each: at most 1000/s; a transport that stalls would fall far below. The floor is low: a
+    // loaded 2-core CI machine measured 35/s.
+    t.ok(step.inferences_per_second > 10 && step.inferences_per_second <= 2 * 500 * 1.05, `${name}: ${step.inferences_per_second} infer/s`)
     t.ok(step.latency_us.p50 >= 2000, `${name}: p50 ${step.latency_us.p50} us covers the 2 ms execution`)
     t.ok(step.server !== null && step.server.requests > 0, `${name}: the server split is there`)
     t.equal(step.server.failures, 0)
