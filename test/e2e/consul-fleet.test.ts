@@ -15,6 +15,7 @@ import t from 'tap'
 import { countBy, OpenLoop, showSome, waitFor } from '../helpers/load.ts'
 import { startConsulDouble } from '../helpers/consul-double.ts'
 import { get } from '../helpers/http.ts'
+import { simulatedConfig } from '../helpers/model-repo.ts'
 import { scrape, sumOf } from '../helpers/scrape.ts'
 import { spawnFlotilla, type FlotillaProcess } from '../helpers/processes.ts'
 
@@ -27,15 +28,7 @@ const OUTAGE_MS = Number(process.env.FLOTILLA_E2E_CONSUL_OUTAGE_MS ?? 12_000)
 
 const INPUT = Array.from({ length: 16 }, (_, i) => i / 4)
 const BODY = JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [1, 16], data: INPUT }] })
-const MODEL_CONFIG = [
-  'name: "simulated"',
-  'backend: "simulated"',
-  'max_batch_size: 64',
-  'input { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] }',
-  'output { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] }',
-  'parameters { key: "fixed_ms" value: { string_value: "10" } }',
-  'parameters { key: "jitter_ms" value: { string_value: "0" } }'
-].join('\n')
+const MODEL_CONFIG = simulatedConfig('simulated', 10)
 
 interface FleetEndpoint { name: string, source: string, state: string }
 interface FleetAnswer { endpoints: FleetEndpoint[], discovery: { state: string, servers: number, errors: number } | null }

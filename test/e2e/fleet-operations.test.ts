@@ -14,6 +14,7 @@ import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { type AdminEndpointView, type DrainStatus, type RemoveResult } from '../../gateway/admin/api.ts'
 import { ClosedLoop, countBy, exchange, showSome, waitFor, type Exchange, type RequestSpec } from '../helpers/load.ts'
+import { simulatedConfig } from '../helpers/model-repo.ts'
 import { spawnFlotilla, spawnWorker, stop, type FlotillaProcess } from '../helpers/processes.ts'
 import { scrape, sumOf } from '../helpers/scrape.ts'
 
@@ -22,15 +23,7 @@ const BODY = JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'FP32', shape
 /** Health checks every 500 ms, two passes to come in: an added worker takes traffic within about one interval. */
 const INTERVAL_MS = 500
 
-const model = (name: string, fixedMs: number): string => [
-  `name: "${name}"`,
-  'backend: "simulated"',
-  'max_batch_size: 64',
-  'input { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }',
-  'output { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }',
-  `parameters { key: "fixed_ms" value: { string_value: "${fixedMs}" } }`,
-  'parameters { key: "jitter_ms" value: { string_value: "0" } }'
-].join('\n')
+const model = (name: string, fixedMs: number): string => simulatedConfig(name, fixedMs, 4)
 
 // `fast` keeps a few requests in flight on every worker under load; `slow` holds one in flight for long enough to
 // remove a worker or stop a gateway under it.

@@ -16,6 +16,7 @@ import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { ClosedLoop, countBy, exchange, OpenLoop, show, showSome, waitFor, type Exchange, type RequestSpec } from '../helpers/load.ts'
 import { linesOf, scrape, sumOf } from '../helpers/scrape.ts'
+import { simulatedConfig } from '../helpers/model-repo.ts'
 import { spawnFlotilla, spawnWorker, stop, type FlotillaProcess } from '../helpers/processes.ts'
 
 /** Generous deadline for one client request: only a gateway that is stuck reaches it. */
@@ -25,15 +26,7 @@ const CLIENT_TIMEOUT_MS = 10_000
 // Quarters are exact in FP32, so the echo can be compared exactly.
 const INPUT = Array.from({ length: 16 }, (_, i) => i / 4)
 const BODY = JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [1, 16], data: INPUT }] })
-const MODEL_CONFIG = [
-  'name: "simulated"',
-  'backend: "simulated"',
-  'max_batch_size: 64',
-  'input { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] }',
-  'output { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] }',
-  'parameters { key: "fixed_ms" value: { string_value: "20" } }',
-  'parameters { key: "jitter_ms" value: { string_value: "0" } }'
-].join('\n')
+const MODEL_CONFIG = simulatedConfig('simulated', 20)
 
 const repository = t.testdir({ simulated: { 'config.pbtxt': MODEL_CONFIG, 1: { '.gitkeep': '' } } })
 const [workerA, workerB, workerC] = await Promise.all([0, 1, 2].map(() => spawnWorker(t, repository))) as

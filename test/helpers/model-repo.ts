@@ -18,3 +18,19 @@ export function identityConfig (name: string, dataType: string, dims: number[], 
     tensorsPbtxt('output', [{ name: 'OUTPUT0', dataType, dims }])
   ].join('\n')
 }
+
+/**
+ * A `simulated` model echoing one FP32 input of `width` elements after a fixed `fixedMs` (no jitter, batches of up
+ * to 64): a model whose latency the test decides.
+ */
+export function simulatedConfig (name: string, fixedMs: number, width = 16): string {
+  return [
+    `name: "${name}"`,
+    'backend: "simulated"',
+    'max_batch_size: 64',
+    tensorsPbtxt('input', [{ name: 'INPUT0', dataType: 'TYPE_FP32', dims: [width] }]),
+    tensorsPbtxt('output', [{ name: 'OUTPUT0', dataType: 'TYPE_FP32', dims: [width] }]),
+    `parameters { key: "fixed_ms" value: { string_value: "${fixedMs}" } }`,
+    'parameters { key: "jitter_ms" value: { string_value: "0" } }'
+  ].join('\n')
+}
