@@ -13,6 +13,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
+import { childEnv } from '../helpers/processes.ts'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const DIST = join(ROOT, 'dist', 'bench')
@@ -64,7 +65,7 @@ function missingTools (tools: readonly string[]): string[] {
 /** Runs a bench to its end; resolves with its exit code and output. */
 function runBench (name: string, env: Record<string, string>, args: readonly string[] = []): Promise<{ code: number | null, out: string, err: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [join(DIST, `${name}.js`), ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+    const child = spawn(process.execPath, [join(DIST, `${name}.js`), ...args], { env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'] })
     let out = ''
     let err = ''
     child.stdout.on('data', (d: Buffer) => { out += d.toString() })

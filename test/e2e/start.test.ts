@@ -4,13 +4,13 @@ import { createServer } from 'node:net'
 import { join } from 'node:path'
 import t from 'tap'
 import { get, post } from '../helpers/http.ts'
-import { CLI, stop } from '../helpers/processes.ts'
+import { CLI, childEnv, stop } from '../helpers/processes.ts'
 import { identityConfig } from '../helpers/model-repo.ts'
 
 t.test('flotilla start on free ports serves the README curl', async t => {
   // `npm start` is `node dist/bin/flotilla.js start`; free ports keep the test off 8000 and out of other runs' way.
   const child = spawn(process.execPath, [CLI, 'start', '--http-port', '0', '--grpc-port', '0', '--metrics-port', '0', '--admin-port', '0', '--worker-ports', '0'], {
-    stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn' }
+    stdio: ['ignore', 'pipe', 'pipe'], env: childEnv({ LOG_LEVEL: 'warn' })
   })
   t.teardown(() => stop(child))
   let out = ''
@@ -78,10 +78,8 @@ t.test('flotilla start on free ports serves the README curl', async t => {
 })
 
 t.test('the CLI explains its usage and refuses bad flags', async t => {
-  // CONSUL_HTTP_* cleared unless a case sets them, so that the caller's environment stays out.
-  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('CONSUL_HTTP_')))
   const run = (args: string[], env: Record<string, string> = {}): Promise<{ code: number | null, out: string }> => new Promise(resolve => {
-    const c = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...base, ...env } })
+    const c = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: childEnv(env) })
     let out = ''
     c.stdout.on('data', (d: Buffer) => { out += d.toString() })
     c.stderr.on('data', (d: Buffer) => { out += d.toString() })
@@ -135,7 +133,7 @@ t.test('a worker that cannot start takes the whole start down, leaving no proces
     'load_balancer: { type: round_robin }'
   ].join('\n'))
   const child = spawn(process.execPath, [CLI, 'start', '--config', fleet, '--http-port', '0', '--grpc-port', '0', '--metrics-port', '0', '--admin-port', '-1',
-    '--worker-ports', `0,${busyPort}`], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn' } })
+    '--worker-ports', `0,${busyPort}`], { stdio: ['ignore', 'pipe', 'pipe'], env: childEnv({ LOG_LEVEL: 'warn' }) })
   t.teardown(() => stop(child))
   let out = ''
   child.stdout.on('data', (d: Buffer) => { out += d.toString() })

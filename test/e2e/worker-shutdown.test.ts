@@ -10,7 +10,7 @@ import t, { type Test } from 'tap'
 import { WORKER_DRAINING_HEADER } from '../../common/protocol/headers.ts'
 import { get, post, type HttpResult } from '../helpers/http.ts'
 import { identityConfig } from '../helpers/model-repo.ts'
-import { spawnWorker, stop } from '../helpers/processes.ts'
+import { childEnv, spawnWorker, stop } from '../helpers/processes.ts'
 
 const SLOW_MS = 500
 const WORKER_MAIN = fileURLToPath(new URL('../../dist/worker/main.js', import.meta.url))
@@ -89,7 +89,7 @@ t.test('an embedded worker leaves nothing behind: the process exits by itself on
     process.stdout.write(JSON.stringify({ statuses, closedAt: performance.timeOrigin + performance.now() }))
   `
   const child = spawn(process.execPath, ['--input-type=module', '-e', script, slowRepository(t)], {
-    stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'silent' }
+    stdio: ['ignore', 'pipe', 'pipe'], env: childEnv({ LOG_LEVEL: 'silent' })
   })
   t.teardown(() => stop(child, 'SIGKILL'))
   let out = ''
@@ -104,5 +104,7 @@ t.test('an embedded worker leaves nothing behind: the process exits by itself on
   t.equal(code, 0, out)
   const report = JSON.parse(out) as { statuses: number[], closedAt: number }
   t.strictSame(report.statuses, [200, 200], 'both requests served')
-  t.ok(exitedAt - report.closedAt < 1000, `exited ${Math.round(exitedAt - report.closedAt)} ms after close() resolved`)
+  // ~50-80 ms on a quiet machine; 1.6 and 2.5 s were seen beside other test files on 2 busy cores. What this guards
+  // against (a timer or socket left ref'd) holds the process for the 30 s drain timer, or forever.
+  t.ok(exitedAt - report.closedAt < 5000, `exited ${Math.round(exitedAt - report.closedAt)} ms after close() resolved`)
 })

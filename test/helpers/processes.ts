@@ -26,6 +26,29 @@ export interface FlotillaProcess {
 
 type Tap = Test
 
+/**
+ * The environment for a node child process of a test. Without a Consul agent the developer's shell names (only
+ * the tests that pass CONSUL_HTTP_ADDR in `extra` register anywhere), and without tap's processinfo hook in
+ * NODE_OPTIONS, which records every child process for coverage: ~0.35 s of CPU per process start, and the suite
+ * starts hundreds (workers, gateways, the benches' own children), for coverage no `npm test` collects.
+ * `npm run test:coverage` sets FLOTILLA_TEST_COVERAGE=1, which keeps it.
+ */
+export function childEnv (extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const { CONSUL_HTTP_ADDR: _addr, CONSUL_HTTP_TOKEN: _token, CONSUL_HTTP_TOKEN_FILE: _tokenFile, ...env } = process.env
+  if (env.FLOTILLA_TEST_COVERAGE !== '1' && env.NODE_OPTIONS !== undefined) {
+    const options = env.NODE_OPTIONS.split(/\s+/).filter((o) => o !== '' && !o.includes('@tapjs/processinfo')).join(' ')
+    if (options === '') delete env.NODE_OPTIONS
+    else env.NODE_OPTIONS = options
+  }
+  return { ...env, ...extra }
+}
+
+/**
+ * What a forked child runs with: nothing of this process's own flags (tap's TypeScript loader and mock hooks,
+ * inherited by default): the children run the compiled JavaScript in dist/.
+ */
+export const CHILD_EXEC_ARGV: string[] = []
+
 /** Kills the child (SIGKILL if it ignores SIGTERM for 5 s) and waits for it to exit. */
 export async function stop (child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return
@@ -39,10 +62,7 @@ export async function stop (child: ChildProcess, signal: NodeJS.Signals = 'SIGTE
 /** Forks `flotilla <args>` and resolves once it reports its ports over IPC. */
 export async function spawnFlotilla (tt: Tap, args: string[], env: Record<string, string> = {}): Promise<FlotillaProcess> {
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run 'npm run build' (npm test does it first)`)
-  // A Consul agent the developer's shell names (to run the contract tests against it) is not for every worker the
-  // tests start: only the tests that pass CONSUL_HTTP_ADDR in `env` register anywhere.
-  const { CONSUL_HTTP_ADDR: _addr, CONSUL_HTTP_TOKEN: _token, CONSUL_HTTP_TOKEN_FILE: _tokenFile, ...inherited } = process.env
-  const child = fork(CLI, args, { stdio: ['ignore', 'pipe', 'pipe', 'ipc'], env: { ...inherited, LOG_LEVEL: 'warn', ...env } })
+  const child = fork(CLI, args, { stdio: ['ignore', 'pipe', 'pipe', 'ipc'], execArgv: CHILD_EXEC_ARGV, env: childEnv({ LOG_LEVEL: 'warn', ...env }) })
   let out = ''
   child.stdout?.on('data', (d: Buffer) => { out += d.toString() })
   child.stderr?.on('data', (d: Buffer) => { out += d.toString() })

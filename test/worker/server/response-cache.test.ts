@@ -5,7 +5,6 @@
  */
 import { fork } from 'node:child_process'
 import { Writable } from 'node:stream'
-import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
 import { request as undiciRequest } from 'undici'
 import { createLogger, silentLogger } from '../../../common/logger.ts'
@@ -19,12 +18,11 @@ import { requestKey } from '../../../common/protocol/request-key.ts'
 import { type InferRequest, type InferResponse } from '../../../common/protocol/types.ts'
 import { entryBytes } from '../../../worker/cache/response-cache.ts'
 import { startWorker, type RunningWorker } from '../../../worker/main.ts'
+import { CHILD_EXEC_ARGV, CLI, childEnv } from '../../helpers/processes.ts'
 import { get, post } from '../../helpers/http.ts'
 import { tensorsPbtxt } from '../../helpers/model-repo.ts'
 import { scrape, sumOf } from '../../helpers/scrape.ts'
 
-const CLI = fileURLToPath(new URL('../../../bin/flotilla.ts', import.meta.url))
-const TSX = fileURLToPath(new URL('../../tap-tsx/import.mjs', import.meta.url))
 
 function modelConfig (name: string, extra: string): string {
   return [
@@ -257,9 +255,12 @@ t.test('decoupled and sequence-batching models with the cache enabled fail to lo
   }
 })
 
-/** Runs `flotilla <args>` from source; resolves with its exit code and output, or its ready message. */
+/**
+ * Runs `flotilla <args>` (the compiled CLI, as the e2e tests: from source through tsx each start cost seconds of
+ * CPU); resolves with its exit code and output, or its ready message.
+ */
 function runCli (t: Test, args: string[]): Promise<{ code: number | null, output: string, ready?: { url: string } }> {
-  const child = fork(CLI, args, { execArgv: ['--import', TSX], stdio: ['ignore', 'pipe', 'pipe', 'ipc'], env: { ...process.env, LOG_LEVEL: 'warn' } })
+  const child = fork(CLI, args, { stdio: ['ignore', 'pipe', 'pipe', 'ipc'], execArgv: CHILD_EXEC_ARGV, env: childEnv({ LOG_LEVEL: 'warn' }) })
   let output = ''
   child.stdout?.on('data', (d: Buffer) => { output += d.toString() })
   child.stderr?.on('data', (d: Buffer) => { output += d.toString() })
