@@ -61,7 +61,6 @@
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
-import { request } from 'node:http'
 import { createConnection } from 'node:net'
 import { cpus, tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
@@ -70,7 +69,7 @@ import { Pool } from 'undici'
 // `import type`: open-loop.ts is a program, and a value import would run it here.
 import type { OpenLoopConfig, OpenLoopResult } from './open-loop.ts'
 import {
-  CLOCK_TICKS, HOST, cpuTicks, freePort, intEnv, machineTicks, median, numberEnv, printTable, round, selfTicks, sleep, stop,
+  CLOCK_TICKS, HOST, cpuTicks, freePort, httpOnce, intEnv, machineTicks, median, numberEnv, printTable, round, selfTicks, sleep, stop,
   stopAll, stopAllOnSignals, track, waitForPort
 } from './support.ts'
 
@@ -169,24 +168,6 @@ function readParams (): Params {
 
 // ---------------------------------------------------------------------------------------------------------------
 // HTTP probes.
-
-interface Answer { status: number, headers: Record<string, string | string[] | undefined>, body: string }
-
-/** One request on a fresh connection. */
-function httpOnce (port: number, method: 'GET' | 'POST', path: string, body?: string): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const headers: Record<string, string | number> = body === undefined ? {} : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }
-    const req = request({ host: HOST, port, method, path, agent: false, timeout: 5000, headers }, (res) => {
-      const chunks: Buffer[] = []
-      res.on('data', (c: Buffer) => chunks.push(c))
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString('utf8') }))
-      res.on('error', reject)
-    })
-    req.on('timeout', () => req.destroy(new Error(`${method} ${path} on port ${port} timed out`)))
-    req.on('error', reject)
-    req.end(body)
-  })
-}
 
 function headerOf (answer: { headers: Record<string, string | string[] | undefined> }, name: string): string | undefined {
   const v = answer.headers[name]

@@ -14,17 +14,14 @@
  *
  * Environment: BENCH_ROUNDS (3), BENCH_RATE (50), BENCH_PATHS (consul,admin: which paths run).
  */
-import { fork, type ChildProcess } from 'node:child_process'
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { performance } from 'node:perf_hooks'
-import { fileURLToPath } from 'node:url'
 import { Agent, request } from 'undici'
 import { startConsulDouble, type ConsulDouble } from '../test/helpers/consul-double.ts'
-import { intEnv, median, printTable, round, sleep, stop, stopAll, stopAllOnSignals, track } from './support.ts'
+import { intEnv, median, printTable, round, sleep, startFlotilla, stop, stopAll, stopAllOnSignals } from './support.ts'
 
-const CLI = fileURLToPath(new URL('../bin/flotilla.js', import.meta.url))
 const ROUNDS = intEnv('BENCH_ROUNDS', 3, 1)
 const RATE = intEnv('BENCH_RATE', 50, 1)
 const PATHS = (process.env.BENCH_PATHS ?? 'consul,admin').split(',').map((p) => p.trim())
@@ -39,20 +36,6 @@ const MODEL_CONFIG = [
   'parameters { key: "fixed_ms" value: { string_value: "2" } }'
 ].join('\n')
 const BODY = JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [1, 4], data: [1, 2, 3, 4] }] })
-
-interface Started { child: ChildProcess, httpPort: number, adminPort?: number, url: string }
-
-/** Forks `flotilla <args>` and resolves once it reports its ports. */
-function flotilla (args: string[], env: Record<string, string> = {}): Promise<Started> {
-  const child = track(fork(CLI, args, { stdio: ['ignore', 'ignore', 'inherit', 'ipc'], env: { ...process.env, LOG_LEVEL: 'warn', ...env } }))
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`flotilla ${args[0]} not ready in 30 s`)), 30_000)
-    child.once('exit', (code) => { clearTimeout(timer); reject(new Error(`flotilla ${args[0]} exited ${code}`)) })
-    child.on('message', (m: { type?: string } & Omit<Started, 'child'>) => {
-      if (m.type === 'flotilla:ready') { clearTimeout(timer); resolve({ child, ...m }) }
-    })
-  })
-}
 
 /** When the gateway's answers first and last named each endpoint (x-flotilla-endpoint), and the failures. */
 class Load {
@@ -121,7 +104,7 @@ interface Round { path: 'consul' | 'admin', joinMs: number, leaveMs: number }
 
 /** One worker through Consul: registration → first request, SIGKILL → out of the gateway's fleet. */
 async function consulRound (consul: ConsulDouble, gatewayUrl: string, load: Load, repository: string): Promise<Round> {
-  const worker = await flotilla(['worker', '--model-repository', repository, '--http-port', '0', '--grpc-port', '-1', '--metrics-port', '-1',
+  const worker = await startFlotilla(['worker', '--model-repository', repository, '--http-port', '0', '--grpc-port', '-1', '--metrics-port', '-1',
     '--consul-addr', consul.url])
   const id = `flotilla-worker-127.0.0.1-${worker.httpPort}`
   // The worker registers right after it listens; the double is in this process, so this sees it within POLL_MS.
@@ -139,7 +122,7 @@ async function consulRound (consul: ConsulDouble, gatewayUrl: string, load: Load
  * endpoint itself stays in the fleet until an operator removes it.
  */
 async function adminRound (admin: string, gatewayUrl: string, load: Load, repository: string, n: number): Promise<Round> {
-  const worker = await flotilla(['worker', '--model-repository', repository, '--http-port', '0', '--grpc-port', '-1', '--metrics-port', '-1'])
+  const worker = await startFlotilla(['worker', '--model-repository', repository, '--http-port', '0', '--grpc-port', '-1', '--metrics-port', '-1'])
   const name = `admin-${n}`
   const addedAt = performance.now()
   const res = await request(`${admin}/v1/endpoints`, {
@@ -170,12 +153,12 @@ async function main (): Promise<void> {
   const consul = await startConsulDouble()
   try {
     // One permanent worker, so that the model is always served while the measured ones come and go.
-    const base = await flotilla(['worker', '--model-repository', repository, '--http-port', '0', '--grpc-port', '-1', '--metrics-port', '-1',
+    const base = await startFlotilla(['worker', '--model-repository', repository, '--http-port', '0', '--grpc-port', '-1', '--metrics-port', '-1',
       '--consul-addr', consul.url])
     const fleetFile = join(dir, 'fleet.yaml')
     // Every default but the ports: what a user who writes only the discovery section gets.
     writeFileSync(fleetFile, `load_balancer: { type: round_robin }\ndiscovery: { consul: { address: "${consul.url}" } }\n`)
-    const gateway = await flotilla(['gateway', '--config', fleetFile, '--http-port', '0', '--grpc-port', '-1', '--metrics-port', '0', '--admin-port', '0'])
+    const gateway = await startFlotilla(['gateway', '--config', fleetFile, '--http-port', '0', '--grpc-port', '-1', '--metrics-port', '0', '--admin-port', '0'])
     const admin = `http://127.0.0.1:${gateway.adminPort!}`
     await until('the first worker in the fleet', async () => (await fleetView(gateway.url)).endpoints.some((e) => e.state === 'active'))
     const load = new Load(`${gateway.url}/v2/models/simulated/infer`, RATE)

@@ -30,7 +30,7 @@
  *   BENCH_SIMPLE_RATE [800]  BENCH_IMAGE_RATE [40]  BENCH_ROUNDS [2]  BENCH_CASES [all: image,simple,mlp,upstream]
  *   BENCH_TARGETS [gateway,worker] (the closed-loop table's)
  */
-import { fork, spawn, type ChildProcess } from 'node:child_process'
+import { spawn } from 'node:child_process'
 import { cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { cpus, tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
@@ -44,7 +44,9 @@ import { type ModelInferRequestMessage } from '../common/protocol/grpc/messages.
 import { encodeInferRequest } from '../common/protocol/json-codec.ts'
 import { type InferRequest } from '../common/protocol/types.ts'
 import { seededRandom } from '../common/seeded-random.ts'
-import { CLOCK_TICKS, cpuTicks, HOST, intEnv, printTable, round, selfTicks, stopAll, stopAllOnSignals, track } from './support.ts'
+import {
+  CLOCK_TICKS, cpuTicks, HOST, intEnv, printTable, round, selfTicks, startFlotilla, stopAll, stopAllOnSignals, track, type FlotillaChild
+} from './support.ts'
 
 const DURATION_S = intEnv('BENCH_DURATION_S', 5, 1)
 const WARMUP_S = intEnv('BENCH_WARMUP_S', 1, 0)
@@ -67,7 +69,7 @@ type Protocol = 'http-json' | 'http-binary' | 'grpc'
 const PROTOCOLS: readonly Protocol[] = ['http-json', 'http-binary', 'grpc']
 
 /** A worker or gateway process and where it listens. */
-interface Server { child: ChildProcess, httpPort: number, grpcPort: number, metricsPort: number }
+type Server = FlotillaChild
 
 /** A closed loop at a concurrency, or an open loop at a rate. */
 type Load = { readonly concurrency: number } | { readonly rate: number }
@@ -98,21 +100,6 @@ function writeRepository (dir: string): string {
   ].join('\n') + '\n')
   for (const model of ['simple', 'mlp']) cpSync(join(ROOT, 'config', 'models', model), join(repo, model), { recursive: true })
   return repo
-}
-
-/** Forks `flotilla <args>` and resolves with its ports once it reports them. */
-function startFlotilla (args: string[]): Promise<Server> {
-  const child = track(fork(CLI, [...args, '--log-level', 'warn'], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }))
-  return new Promise((resolveServer, reject) => {
-    const timer = setTimeout(() => reject(new Error(`flotilla ${args[0]} did not start within 60 s`)), 60_000)
-    child.once('exit', (code) => { clearTimeout(timer); reject(new Error(`flotilla ${args[0]} exited (${code}) before it was ready`)) })
-    child.on('message', (m: { type?: string, httpPort: number, grpcPort: number, metricsPort: number }) => {
-      if (m.type !== 'flotilla:ready') return
-      clearTimeout(timer)
-      child.removeAllListeners('exit')
-      resolveServer({ child, httpPort: m.httpPort, grpcPort: m.grpcPort, metricsPort: m.metricsPort })
-    })
-  })
 }
 
 /** The gateway's count of answered requests for `model` over `protocol` (all codes), from its metrics. */

@@ -38,7 +38,6 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process'
 import { closeSync, cpSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
-import { request } from 'node:http'
 import { cpus, setPriority, tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -47,7 +46,7 @@ import { phaseRates, type ArrivalShape } from './arrivals.ts'
 // `import type`: open-loop.ts is a program, and a value import (even an empty one) would run it here.
 import type { OpenLoopConfig, OpenLoopResult } from './open-loop.ts'
 import {
-  CLOCK_TICKS, HOST, cpuTicks, freePort, intEnv, machineTicks, median, numberEnv, printTable, round, selfTicks,
+  CLOCK_TICKS, HOST, cpuTicks, freePort, httpOnce, intEnv, machineTicks, median, numberEnv, printTable, round, selfTicks,
   sleep, stop, stopAll, stopAllOnSignals, track, versionOf, waitForPort
 } from './support.ts'
 
@@ -185,23 +184,6 @@ function reniceAutogroup (nice: number): () => void {
 
 // ---------------------------------------------------------------------------------------------------------------
 // HTTP probes.
-
-/** One request on a fresh connection: status, headers and body. */
-function httpOnce (port: number, method: 'GET' | 'POST', path: string, body?: string):
-Promise<{ status: number, headers: Record<string, string | string[] | undefined>, body: string }> {
-  return new Promise((resolve, reject) => {
-    const headers: Record<string, string | number> = body === undefined ? {} : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }
-    const req = request({ host: HOST, port, method, path, agent: false, timeout: 5000, headers }, (res) => {
-      const chunks: Buffer[] = []
-      res.on('data', (c: Buffer) => chunks.push(c))
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString('utf8') }))
-      res.on('error', reject)
-    })
-    req.on('timeout', () => req.destroy(new Error(`${method} ${path} on port ${port} timed out`)))
-    req.on('error', reject)
-    req.end(body)
-  })
-}
 
 /**
  * Waits until `port` answers an infer request with 200 (and, for a proxy, names the worker that served it).

@@ -7,9 +7,11 @@
  * The child registry is module state on purpose: a benchmark is one process, and every exit path (the end of
  * `main`, a failure, Ctrl-C) has to reach every child it started, wherever it was started from.
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { fork, spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { readFileSync, readdirSync } from 'node:fs'
+import { request } from 'node:http'
 import { createConnection, createServer } from 'node:net'
+import { fileURLToPath } from 'node:url'
 
 /** The only address the benchmarks listen on or connect to. */
 export const HOST = '127.0.0.1'
@@ -93,6 +95,55 @@ export function freePort (): Promise<number> {
       const address = server.address()
       const port = typeof address === 'object' && address !== null ? address.port : 0
       server.close(() => resolve(port))
+    })
+  })
+}
+
+/** An answer as {@link httpOnce} gives it. */
+export interface HttpAnswer { status: number, headers: Record<string, string | string[] | undefined>, body: string }
+
+/** One request to 127.0.0.1:`port` on a fresh connection (5 s deadline): status, headers and body. */
+export function httpOnce (port: number, method: 'GET' | 'POST', path: string, body?: string): Promise<HttpAnswer> {
+  return new Promise((resolve, reject) => {
+    const headers: Record<string, string | number> = body === undefined ? {} : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }
+    const req = request({ host: HOST, port, method, path, agent: false, timeout: 5000, headers }, (res) => {
+      const chunks: Buffer[] = []
+      res.on('data', (c: Buffer) => chunks.push(c))
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString('utf8') }))
+      res.on('error', reject)
+    })
+    req.on('timeout', () => req.destroy(new Error(`${method} ${path} on port ${port} timed out`)))
+    req.on('error', reject)
+    req.end(body)
+  })
+}
+
+/** A `flotilla` process this bench started, with the ports it reported. */
+export interface FlotillaChild {
+  child: ChildProcess
+  httpPort: number
+  grpcPort: number
+  metricsPort: number
+  /** The gateway's admin port (-1 when off); absent for workers. */
+  adminPort?: number
+  url: string
+}
+
+/**
+ * Forks the compiled `flotilla <args>` (tracked: {@link stopAll} stops it) with warnings-only logs, and resolves once
+ * it reports its ports over IPC; rejects if it exits first or is not ready within 60 s.
+ */
+export function startFlotilla (args: readonly string[]): Promise<FlotillaChild> {
+  const cli = fileURLToPath(new URL('../bin/flotilla.js', import.meta.url))
+  const child = track(fork(cli, [...args], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: { ...process.env, LOG_LEVEL: 'warn' } }))
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`flotilla ${args[0]} did not start within 60 s`)), 60_000)
+    child.once('exit', (code) => { clearTimeout(timer); reject(new Error(`flotilla ${args[0]} exited (${code}) before it was ready`)) })
+    child.on('message', (m: { type?: string } & Omit<FlotillaChild, 'child'>) => {
+      if (m.type !== 'flotilla:ready') return
+      clearTimeout(timer)
+      child.removeAllListeners('exit')
+      resolve({ child, httpPort: m.httpPort, grpcPort: m.grpcPort, metricsPort: m.metricsPort, url: m.url, ...(m.adminPort !== undefined ? { adminPort: m.adminPort } : {}) })
     })
   })
 }
