@@ -67,10 +67,10 @@ import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { Pool } from 'undici'
 // `import type`: open-loop.ts is a program, and a value import would run it here.
-import type { OpenLoopConfig, OpenLoopResult } from './open-loop.ts'
+import type { OpenLoopConfig } from './open-loop.ts'
 import {
-  CLOCK_TICKS, HOST, cpuTicks, freePort, httpOnce, intEnv, machineTicks, median, numberEnv, printTable, round, selfTicks, sleep, stop,
-  stopAll, stopAllOnSignals, track, waitForPort
+  CLOCK_TICKS, HOST, cpuTicks, freePort, httpOnce, intEnv, machineTicks, median, numberEnv, printTable, round, runOpenLoop, selfTicks, sleep,
+  stop, stopAll, stopAllOnSignals, track, waitForPort
 } from './support.ts'
 
 const MODEL = 'simulated'
@@ -317,19 +317,6 @@ ${redisUrl === undefined ? '' : `  redis:\n    url: ${redisUrl}\n`}`
 
 // ---------------------------------------------------------------------------------------------------------------
 // Load.
-
-async function runOpenLoop (script: string, config: OpenLoopConfig): Promise<OpenLoopResult> {
-  const child = track(spawn(process.execPath, [script, JSON.stringify(config)], { stdio: ['ignore', 'pipe', 'pipe'] }))
-  let out = ''
-  child.stdout?.on('data', (c: Buffer) => { out += c.toString('utf8') })
-  child.stderr?.on('data', (c: Buffer) => { out += c.toString('utf8') })
-  const guard = setTimeout(() => child.kill('SIGKILL'), (config.warmupS + config.durationS) * 1000 + config.timeoutMs + 30_000)
-  const code = await new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c)))
-  clearTimeout(guard)
-  const line = out.split('\n').find((l) => l.startsWith('OPEN_LOOP_JSON '))
-  if (code !== 0 || line === undefined) throw new Error(`the open-loop generator against port ${config.port} failed (exit ${code}):\n${out}`)
-  return JSON.parse(line.slice('OPEN_LOOP_JSON '.length)) as OpenLoopResult
-}
 
 /** Sends each body once through `pool`, `concurrency` at a time; resolves with the answers' cache header counts. */
 async function sendAll (pool: Pool, bodies: readonly string[], concurrency: number, path = INFER_PATH): Promise<{ ok: number, errors: number, cache: Record<string, number> }> {

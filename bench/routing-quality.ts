@@ -44,10 +44,10 @@ import { fileURLToPath } from 'node:url'
 import { balancerNames } from '../gateway/balancer/registry.ts'
 import { phaseRates, type ArrivalShape } from './arrivals.ts'
 // `import type`: open-loop.ts is a program, and a value import (even an empty one) would run it here.
-import type { OpenLoopConfig, OpenLoopResult } from './open-loop.ts'
+import type { OpenLoopResult } from './open-loop.ts'
 import {
-  CLOCK_TICKS, HOST, cpuTicks, freePort, httpOnce, intEnv, machineTicks, median, numberEnv, printTable, round, selfTicks,
-  sleep, stop, stopAll, stopAllOnSignals, track, versionOf, waitForPort
+  CLOCK_TICKS, HOST, cpuTicks, freePort, httpOnce, intEnv, machineTicks, median, numberEnv, printTable, round, runOpenLoop,
+  selfTicks, sleep, stop, stopAll, stopAllOnSignals, track, versionOf, waitForPort
 } from './support.ts'
 
 const MODEL = 'simulated'
@@ -267,20 +267,6 @@ ${workers.map((w, i) => `  server ${w.name} ${HOST}:${w.port} weight ${weights[i
 
 // ---------------------------------------------------------------------------------------------------------------
 // Load.
-
-async function runOpenLoop (script: string, config: OpenLoopConfig): Promise<OpenLoopResult> {
-  const child = track(spawn(process.execPath, [script, JSON.stringify(config)], { stdio: ['ignore', 'pipe', 'pipe'] }))
-  let out = ''
-  child.stdout?.on('data', (c: Buffer) => { out += c.toString('utf8') })
-  child.stderr?.on('data', (c: Buffer) => { out += c.toString('utf8') })
-  // The generator ends on its own once every request is answered or past its deadline; the guard is for a hang.
-  const guard = setTimeout(() => child.kill('SIGKILL'), (config.warmupS + config.durationS) * 1000 + config.timeoutMs + 30_000)
-  const code = await new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c)))
-  clearTimeout(guard)
-  const line = out.split('\n').find((l) => l.startsWith('OPEN_LOOP_JSON '))
-  if (code !== 0 || line === undefined) throw new Error(`the open-loop generator against port ${config.port} failed (exit ${code}):\n${out}`)
-  return JSON.parse(line.slice('OPEN_LOOP_JSON '.length)) as OpenLoopResult
-}
 
 /** The median of values that may be `null` (a percentile among failures), ranking `null` above every number. */
 function medianOrNull (values: ReadonlyArray<number | null>): number | null {

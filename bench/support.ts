@@ -12,6 +12,8 @@ import { readFileSync, readdirSync } from 'node:fs'
 import { request } from 'node:http'
 import { createConnection, createServer } from 'node:net'
 import { fileURLToPath } from 'node:url'
+// `import type`: open-loop.ts is a program, and a value import would run it here.
+import type { OpenLoopConfig, OpenLoopResult } from './open-loop.ts'
 
 /** The only address the benchmarks listen on or connect to. */
 export const HOST = '127.0.0.1'
@@ -146,6 +148,24 @@ export function startFlotilla (args: readonly string[]): Promise<FlotillaChild> 
       resolve({ child, httpPort: m.httpPort, grpcPort: m.grpcPort, metricsPort: m.metricsPort, url: m.url, ...(m.adminPort !== undefined ? { adminPort: m.adminPort } : {}) })
     })
   })
+}
+
+/**
+ * Runs the open-loop generator (`script`, open-loop.js, in its own process) with `config`; resolves with its result
+ * line, or throws with its output when it fails. A guard kills it if it outlives its schedule by 30 s.
+ */
+export async function runOpenLoop (script: string, config: OpenLoopConfig): Promise<OpenLoopResult> {
+  const child = track(spawn(process.execPath, [script, JSON.stringify(config)], { stdio: ['ignore', 'pipe', 'pipe'] }))
+  let out = ''
+  child.stdout?.on('data', (c: Buffer) => { out += c.toString('utf8') })
+  child.stderr?.on('data', (c: Buffer) => { out += c.toString('utf8') })
+  // The generator ends on its own once every request is answered or past its deadline; the guard is for a hang.
+  const guard = setTimeout(() => child.kill('SIGKILL'), (config.warmupS + config.durationS) * 1000 + config.timeoutMs + 30_000)
+  const code = await new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c)))
+  clearTimeout(guard)
+  const line = out.split('\n').find((l) => l.startsWith('OPEN_LOOP_JSON '))
+  if (code !== 0 || line === undefined) throw new Error(`the open-loop generator against port ${config.port} failed (exit ${code}):\n${out}`)
+  return JSON.parse(line.slice('OPEN_LOOP_JSON '.length)) as OpenLoopResult
 }
 
 /** Resolves after `ms` milliseconds. */
