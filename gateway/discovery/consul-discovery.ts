@@ -187,7 +187,8 @@ export class ConsulDiscovery {
     const config = options.config
     this.#address = parseConsulAddress(config.address ?? env[CONSUL_ADDR_ENV] ?? DEFAULT_CONSUL_ADDR)
     this.#token = readConsulToken(config.token_file, env)
-    this.#waitMs = consulWaitMs(config.wait) ?? 60_000
+    // Checked at load (fleet-config.ts): always a valid wait here.
+    this.#waitMs = consulWaitMs(config.wait)!
     this.#wallClock = options.wallClock ?? Date.now
   }
 
