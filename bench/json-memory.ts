@@ -13,13 +13,13 @@
  *   fixed-size tensors are views over the body, so it should be near 0x.
  * - `JSON.parse`: only `JSON.parse(body.toString())` of the JSON body, kept alive: what the first step of the decode
  *   cost before it read `data` arrays in place, for reference.
- * BYTES elements are one Uint8Array each (types.ts), some 100 bytes of object apiece whatever their length, so their
- * ratio depends on the element length (BENCH_BYTES_LENGTH).
+ * BYTES elements are packed (BytesData: views of the body where they need no unescaping, 8 bytes of index each), so
+ * their ratio still depends a little on the element length (BENCH_BYTES_LENGTH); 8 is the short-string case.
  *
  *   npx tsc -p . && node dist/bench/json-memory.js
  *   BENCH_SIZES_KIB [1024,8192,28672]  BENCH_FORMS [json,binary,JSON.parse]
- *   BENCH_CASES [FP32-pixels,FP32-random,INT64-ids,INT64-full,BYTES] (see CASES below)
- *   BENCH_BYTES_LENGTH [32] (mean BYTES element length, characters)
+ *   BENCH_CASES [FP32-pixels,FP32-random,INT64-ids,INT64-full,BYTES,BYTES-escaped] (see CASES below)
+ *   BENCH_BYTES_LENGTH [8] (mean BYTES element length, characters)
  *   BENCH_CODEC [this tree's binary-codec] path of another binary-codec module to measure instead (an older build)
  *
  * Not a test: figures depend on the machine, the Node version and the allocator. Linux only (reads /proc); elsewhere
@@ -32,6 +32,7 @@ import { join } from 'node:path'
 import { performance } from 'node:perf_hooks'
 import { fileURLToPath } from 'node:url'
 import { decodeHttpInferRequest, encodeHttpInferRequest } from '../common/protocol/binary-codec.ts'
+import { BytesDataBuilder } from '../common/protocol/bytes-data.ts'
 import { type InferRequest, type Tensor } from '../common/protocol/types.ts'
 import { seededRandom } from '../common/seeded-random.ts'
 import { printTable, round } from './support.ts'
@@ -89,21 +90,30 @@ const CASES: Readonly<Record<string, Case>> = {
       return data
     }
   },
-  // Strings of 1 to 2 x BENCH_BYTES_LENGTH - 1 lowercase letters.
+  // Strings of 1 to 2 x BENCH_BYTES_LENGTH - 1 lowercase letters: JSON strings that need no unescaping.
   BYTES: {
     datatype: 'BYTES',
     jsonBytesPerElement: (bytesLength) => bytesLength + 3,
-    fill: (count, random, bytesLength) => {
-      const data = new Array<Uint8Array>(count)
-      for (let i = 0; i < count; i++) {
-        const length = 1 + Math.floor(random() * (2 * bytesLength - 1))
-        const bytes = new Uint8Array(length)
-        for (let j = 0; j < length; j++) bytes[j] = 0x61 + Math.floor(random() * 26)
-        data[i] = bytes
-      }
-      return data
-    }
+    fill: (count, random, bytesLength) => letters(count, random, bytesLength, false)
+  },
+  // The same, each ending in a newline (`\n` in JSON): every string is decoded and copied, none stays in the body.
+  'BYTES-escaped': {
+    datatype: 'BYTES',
+    jsonBytesPerElement: (bytesLength) => bytesLength + 5,
+    fill: (count, random, bytesLength) => letters(count, random, bytesLength, true)
   }
+}
+
+function letters (count: number, random: () => number, bytesLength: number, newline: boolean): Tensor['data'] {
+  const data = new BytesDataBuilder(count)
+  const bytes = new Uint8Array(2 * bytesLength + 1)
+  for (let i = 0; i < count; i++) {
+    const length = 1 + Math.floor(random() * (2 * bytesLength - 1))
+    for (let j = 0; j < length; j++) bytes[j] = 0x61 + Math.floor(random() * 26)
+    if (newline) bytes[length] = 0x0a
+    data.push(bytes.subarray(0, newline ? length + 1 : length))
+  }
+  return data.finish()
 }
 const CASE_NAMES = Object.keys(CASES)
 
@@ -130,7 +140,7 @@ function sizesEnv (): number[] {
 }
 
 function bytesLengthEnv (): number {
-  const raw = process.env.BENCH_BYTES_LENGTH ?? '32'
+  const raw = process.env.BENCH_BYTES_LENGTH ?? '8'
   const n = Number(raw)
   if (!Number.isInteger(n) || n < 1) throw new Error(`BENCH_BYTES_LENGTH must be an integer >= 1, got '${raw}'`)
   return n

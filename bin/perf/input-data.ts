@@ -10,9 +10,11 @@
  * input, the entry and what to change.
  */
 import { createError, type FlotillaError } from '../../common/errors.ts'
+import { BytesData, BytesDataBuilder } from '../../common/protocol/bytes-data.ts'
 import {
   DATATYPES, allocateTensorData, elementCount, float32ToBf16Bits, float32ToFp16Bits
 } from '../../common/protocol/datatypes.ts'
+import { bytesElements } from '../../common/protocol/raw-layout.ts'
 import { type DataType, type InferRequest, type Tensor, type TensorData } from '../../common/protocol/types.ts'
 import { seededRandom } from '../../common/seeded-random.ts'
 import { type ModelMetadata } from './transport.ts'
@@ -209,13 +211,14 @@ function randomData (datatype: DataType, count: number, random: () => number, op
       return d
     }
     case 'BYTES': {
-      const d = data as Uint8Array[]
+      const bytes = new Uint8Array(count * options.stringLength)
+      for (let j = 0; j < bytes.length; j++) bytes[j] = ALPHABET.charCodeAt(Math.floor(random() * ALPHABET.length))
+      const spans = new Uint32Array(2 * count)
       for (let i = 0; i < count; i++) {
-        const s = new Uint8Array(options.stringLength)
-        for (let j = 0; j < s.length; j++) s[j] = ALPHABET.charCodeAt(Math.floor(random() * ALPHABET.length))
-        d[i] = s
+        spans[2 * i] = i * options.stringLength
+        spans[2 * i + 1] = (i + 1) * options.stringLength
       }
-      return d
+      return new BytesData(bytes, spans)
     }
     default: {
       const d = data as Int8Array | Uint8Array | Int16Array | Uint16Array | Int32Array | Uint32Array
@@ -372,18 +375,16 @@ export function fileRequests (file: InputDataFile, inputs: readonly ResolvedInpu
 
 function concat (datatype: DataType, parts: TensorData[]): TensorData {
   if (parts.length === 1) return parts[0]!
-  if (DATATYPES[datatype].storage === 'bytes') return (parts as Uint8Array[][]).flat()
+  if (DATATYPES[datatype].storage === 'bytes') return BytesData.concat(parts as BytesData[])
   const total = parts.reduce((sum, p) => sum + p.length, 0)
-  const out = allocateTensorData(datatype, total) as Exclude<TensorData, Uint8Array[]>
+  const out = allocateTensorData(datatype, total) as Exclude<TensorData, BytesData>
   let offset = 0
-  for (const p of parts as Array<Exclude<TensorData, Uint8Array[]>>) {
+  for (const p of parts as Array<Exclude<TensorData, BytesData>>) {
     (out as { set (a: ArrayLike<number | bigint>, offset: number): void }).set(p, offset)
     offset += p.length
   }
   return out
 }
-
-const utf8 = new TextEncoder()
 
 function valuesToData (datatype: DataType, values: unknown[], count: number, shape: number[], where: string): TensorData {
   if (values.length !== count) {
@@ -392,16 +393,18 @@ function valuesToData (datatype: DataType, values: unknown[], count: number, sha
   const bad = (i: number, what: string): never => {
     throw usage(`${where}: value ${i} (${JSON.stringify(values[i])}) is not ${what}`)
   }
-  const data = allocateTensorData(datatype, count)
-  const info = DATATYPES[datatype]
   if (datatype === 'BYTES') {
-    const d = data as Uint8Array[]
+    const out = new BytesDataBuilder(count)
     for (let i = 0; i < count; i++) {
       const v = values[i]
       if (typeof v !== 'string') bad(i, 'a string (BYTES)')
-      d[i] = utf8.encode(v as string)
+      out.pushString(v as string)
     }
-  } else if (datatype === 'BOOL') {
+    return out.finish()
+  }
+  const data = allocateTensorData(datatype, count)
+  const info = DATATYPES[datatype]
+  if (datatype === 'BOOL') {
     const d = data as Uint8Array
     for (let i = 0; i < count; i++) {
       const v = values[i]
@@ -437,24 +440,13 @@ function rawToData (datatype: DataType, raw: Buffer, count: number, shape: numbe
   const size = DATATYPES[datatype].byteSize
   if (size === 0) {
     // BYTES: each element a 4-byte little-endian length, then that many bytes.
-    const out: Uint8Array[] = []
-    let pos = 0
-    while (pos < raw.length) {
-      if (pos + 4 > raw.length) break
-      const len = raw.readUInt32LE(pos)
-      if (pos + 4 + len > raw.length) break
-      out.push(new Uint8Array(raw.subarray(pos + 4, pos + 4 + len)))
-      pos += 4 + len
-    }
-    if (pos !== raw.length || out.length !== count) {
-      throw usage(`${where}: "b64" does not hold ${count} length-prefixed BYTES element(s) for shape ${shapeText(shape)}`)
-    }
-    return out
+    const wrong = (): Error => usage(`${where}: "b64" does not hold ${count} length-prefixed BYTES element(s) for shape ${shapeText(shape)}`)
+    return bytesElements(raw, count, { tooMany: wrong, incompleteData: wrong, incompleteLength: wrong, tooFew: wrong })
   }
   if (raw.length !== count * size) {
     throw usage(`${where}: "b64" holds ${raw.length} bytes, but shape ${shapeText(shape)} of ${datatype} needs ${count * size}`)
   }
-  const data = allocateTensorData(datatype, count) as Exclude<TensorData, Uint8Array[]>
+  const data = allocateTensorData(datatype, count) as Exclude<TensorData, BytesData>
   // Copy into the typed array's own buffer: aligned, and in the platform's (little-endian) byte order.
   new Uint8Array(data.buffer, data.byteOffset, data.byteLength).set(raw)
   return data

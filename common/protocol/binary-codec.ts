@@ -13,6 +13,7 @@
  * Node runs them). A big-endian host is detected once, at load, and takes a copy-and-swap path instead.
  */
 import { createError, type FlotillaError } from '../errors.ts'
+import { BytesData } from './bytes-data.ts'
 import { DATATYPES, elementCount, isDataType, tensorByteSize } from './datatypes.ts'
 import { bytesElements, rawBytes, typedElements, writeRawBytes } from './raw-layout.ts'
 import {
@@ -96,7 +97,7 @@ export function parseInferenceHeaderLength (value: string | string[] | undefined
  * The elements of a BYTES tensor from its length-prefixed layout, each a view over the body. Checks follow Triton's
  * (core ValidateBytesInputs and the backends' string parsing), in its order and with its texts, extended.
  */
-function stringElements (tensor: BinaryTensorRef, body: Buffer, offset: number, byteLength: number): Uint8Array[] {
+function stringElements (tensor: BinaryTensorRef, body: Buffer, offset: number, byteLength: number): BytesData {
   const { count, kind, name } = tensor
   const model = forModel(tensor.modelName)
   return bytesElements(body.subarray(offset, offset + byteLength), count, {
@@ -247,7 +248,7 @@ export function decodeRawBinaryRequest (
     }
     shape = [1]
     // Triton prepends the length itself: the body is the one element.
-    data = [new Uint8Array(body.buffer, body.byteOffset, body.length)]
+    data = new BytesData(body, new Uint32Array([0, body.length]))
   } else {
     let variable = -1
     let fixed = 1

@@ -2,6 +2,7 @@
  * Facts about each KServe v2 datatype (triton-behaviour.md §1.12): element size, in-memory storage, the model-config
  * enum name, and the half-precision conversions. Codecs and backends read this table instead of switching on names.
  */
+import { BytesData } from './bytes-data.ts'
 import { type DataType, type Tensor, type TensorData } from './types.ts'
 
 /**
@@ -145,12 +146,7 @@ export function allocateTensorData (datatype: DataType, count: number): TensorDa
     case 'bigint64': return new BigInt64Array(count)
     case 'float32': return new Float32Array(count)
     case 'float64': return new Float64Array(count)
-    case 'bytes': {
-      const out: Uint8Array[] = new Array<Uint8Array>(count)
-      const empty = new Uint8Array(0)
-      for (let i = 0; i < count; i++) out[i] = empty
-      return out
-    }
+    case 'bytes': return BytesData.empty(count)
   }
 }
 
@@ -160,11 +156,7 @@ export function allocateTensorData (datatype: DataType, count: number): TensorDa
  */
 export function tensorByteSize (tensor: Pick<Tensor, 'datatype' | 'data'>): number {
   const size = DATATYPES[tensor.datatype].byteSize
-  if (size !== 0) return tensor.data.length * size
-  const elements = tensor.data as Uint8Array[]
-  let total = 0
-  for (let i = 0; i < elements.length; i++) total += 4 + (elements[i] as Uint8Array).length
-  return total
+  return size !== 0 ? tensor.data.length * size : tensor.data.byteLength
 }
 
 // ---------------------------------------------------------------------------------------------------------------

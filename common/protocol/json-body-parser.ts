@@ -22,6 +22,7 @@
  * U+FFFD), since their delimiters are ASCII and UTF-8 decoding never lets an invalid sequence swallow an ASCII byte.
  */
 import { isUtf8 } from 'node:buffer'
+import { type BytesDataBuilder } from './bytes-data.ts'
 
 /** Returned by {@link parseJsonBody} for anything that is not JSON (plus NaN/Infinity) or nests too deeply. */
 export const PARSE_FAILED: unique symbol = Symbol('flotilla.json-body.parse-failed')
@@ -404,7 +405,7 @@ const POW10 = new Float64Array(23)
 for (let i = 0, v = 1; i < POW10.length; i++, v *= 10) POW10[i] = v
 
 /**
- * Set by {@link readDouble}, {@link readInteger} and {@link readBytesString}: the offset just past the token they
+ * Set by {@link readDouble}, {@link readInteger} and {@link pushBytesString}: the offset just past the token they
  * read. A module variable rather than a returned pair, so that the per-element loops allocate nothing.
  */
 export let tokenEnd = 0
@@ -622,20 +623,80 @@ export function nextLeaf (b: Buffer, p: number): number {
   }
 }
 
-const utf8Encoder = new TextEncoder()
-
 /**
- * The UTF-8 bytes of the checked string token at `p`, as `TextEncoder` would encode the string JSON.parse makes of
- * it. Without escapes and with valid UTF-8 (the usual case) that is the token's own bytes, so the result is a view
- * over `b` (no copy, and it keeps `b` alive); otherwise a new array. Sets {@link tokenEnd}.
+ * Appends to `out` the UTF-8 bytes of the checked string token at `p`, as `TextEncoder` would encode the string
+ * JSON.parse makes of it; returns their length. Without escapes and with valid UTF-8 (the usual case) those are the
+ * token's own bytes, appended as a view of `b` (no copy, and it keeps `b` alive); otherwise encoded into `out`'s
+ * buffer. Sets {@link tokenEnd}.
  */
-export function readBytesString (b: Buffer, p: number): Uint8Array {
+export function pushBytesString (b: Buffer, p: number, out: BytesDataBuilder): number {
   const end = scanString(b, p)
   tokenEnd = end
   const flags = stringFlags
-  if ((flags & STRING_ESCAPED) === 0) {
-    const view = new Uint8Array(b.buffer, b.byteOffset + p + 1, end - p - 2)
-    if ((flags & STRING_HIGH) === 0 || isUtf8(view)) return view
+  // Invalid UTF-8 becomes U+FFFD, as in the string JSON.parse would make: rare enough to go through a string.
+  if ((flags & STRING_HIGH) !== 0 && !isUtf8(b.subarray(p + 1, end - 1))) return out.pushString(decodeStringToken(b, p, end, flags))
+  if ((flags & STRING_ESCAPED) === 0) return out.pushView(b, p + 1, end - 1)
+  // Unescaped straight into the tensor's buffer, without a string: never longer than the token's contents.
+  const at = out.reserve(end - p - 2)
+  return out.commit(unescapeInto(b, p + 1, end - 1, out.target, at) - at)
+}
+
+/** The value of the 4 hex digits at `p` (checked by the scan). */
+function hex4 (b: Buffer, p: number): number {
+  let v = 0
+  for (let i = p; i < p + 4; i++) {
+    const c = b[i] as number
+    v = v * 16 + (c <= 0x39 ? c - 0x30 : (c | 0x20) - 0x57)
   }
-  return utf8Encoder.encode(decodeStringToken(b, p, end, flags))
+  return v
+}
+
+/**
+ * Writes the UTF-8 bytes of the escaped string contents `b[from, to)` (checked by the scan) into `out` at `at`, as
+ * TextEncoder would encode the string JSON.parse makes of them: surrogate pairs joined, a lone surrogate U+FFFD.
+ * Returns the offset after the last byte written.
+ */
+function unescapeInto (b: Buffer, from: number, to: number, out: Uint8Array, at: number): number {
+  let q = at
+  let i = from
+  while (i < to) {
+    const c = b[i] as number
+    if (c !== 0x5c) {
+      out[q++] = c
+      i++
+      continue
+    }
+    const e = b[i + 1] as number
+    i += 2
+    if (e !== 0x75) {
+      out[q++] = e === 0x62 ? 0x08 : e === 0x66 ? 0x0c : e === 0x6e ? 0x0a : e === 0x72 ? 0x0d : e === 0x74 ? 0x09 : e
+      continue
+    }
+    let cp = hex4(b, i)
+    i += 4
+    if (cp >= 0xd800 && cp <= 0xdbff && i + 6 <= to && b[i] === 0x5c && b[i + 1] === 0x75) {
+      const low = hex4(b, i + 2)
+      if (low >= 0xdc00 && low <= 0xdfff) {
+        cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00)
+        i += 6
+      }
+    }
+    if (cp >= 0xd800 && cp <= 0xdfff) cp = 0xfffd
+    if (cp < 0x80) {
+      out[q++] = cp
+    } else if (cp < 0x800) {
+      out[q++] = 0xc0 | (cp >> 6)
+      out[q++] = 0x80 | (cp & 0x3f)
+    } else if (cp < 0x10000) {
+      out[q++] = 0xe0 | (cp >> 12)
+      out[q++] = 0x80 | ((cp >> 6) & 0x3f)
+      out[q++] = 0x80 | (cp & 0x3f)
+    } else {
+      out[q++] = 0xf0 | (cp >> 18)
+      out[q++] = 0x80 | ((cp >> 12) & 0x3f)
+      out[q++] = 0x80 | ((cp >> 6) & 0x3f)
+      out[q++] = 0x80 | (cp & 0x3f)
+    }
+  }
+  return q
 }

@@ -38,6 +38,7 @@
  * - Shared memory is not implemented; inputs that use it get a clear 400.
  */
 import { createError, type FlotillaError } from '../errors.ts'
+import { type BytesData } from './bytes-data.ts'
 import {
   DATATYPES,
   allocateTensorData,
@@ -805,9 +806,9 @@ function encodeDataArray (datatype: DataType, data: TensorData): string {
       return JSON.stringify(bools)
     }
     case 'BYTES': {
-      const a = data as Uint8Array[]
+      const a = data as BytesData
       const strings = new Array<string>(a.length)
-      for (let i = 0; i < a.length; i++) strings[i] = utf8Decoder.decode(a[i] as Uint8Array)
+      for (let i = 0; i < a.length; i++) strings[i] = utf8Decoder.decode(a.get(i))
       return JSON.stringify(strings)
     }
   }

@@ -18,9 +18,10 @@
  * cannot be told from `1`, and 64-bit values are only as exact as a double.
  */
 import { createError, type FlotillaError } from '../errors.ts'
+import { BytesDataBuilder, type BytesData } from './bytes-data.ts'
 import { DATATYPES, allocateTensorData, elementCount, float32ToBf16Bits, float32ToFp16Bits } from './datatypes.ts'
 import {
-  JsonDataRange, leafKind, leafValue, nextLeaf, numberTokenText, readBytesString, readDouble, readInteger, readNarrowed,
+  JsonDataRange, leafKind, leafValue, nextLeaf, numberTokenText, pushBytesString, readDouble, readInteger, readNarrowed,
   tokenEnd
 } from './json-body-parser.ts'
 import { LITTLE_ENDIAN_HOST } from './raw-layout.ts'
@@ -383,23 +384,23 @@ function isInfiniteBf16 (bits: number): boolean {
   return (bits & 0x7fff) === 0x7f80
 }
 
-function readStrings (ctx: LeafContext, range: JsonDataRange, maxBytes: number, limitSetting: string): Uint8Array[] {
+function readStrings (ctx: LeafContext, range: JsonDataRange, maxBytes: number, limitSetting: string): BytesData {
   const b = range.bytes
   const n = range.leafCount
-  const out = new Array<Uint8Array>(n)
+  // Strings that need no unescaping stay in the body (views); the first that does moves them to a buffer of their own,
+  // sized once by the array's bytes (the elements' bytes are fewer, unless invalid UTF-8 becomes U+FFFD).
+  const out = new BytesDataBuilder(n, range.end - range.start)
   let byteSize = 0
   let p = range.start
   for (let i = 0; i < n; i++) {
     p = nextLeaf(b, p)
     if (b[p] !== 0x22) throw leafError(ctx, i, describeLeaf(b, p), 'a string')
-    const bytes = readBytesString(b, p)
     // Triton sizes BYTES tensors with a 4-byte length prefix per element.
-    byteSize += 4 + bytes.length
+    byteSize += 4 + pushBytesString(b, p, out)
     if (byteSize > maxBytes) throw byteSizeError(ctx.name, ctx.kind, byteSize, maxBytes, limitSetting)
-    out[i] = bytes
     p = tokenEnd
   }
-  return out
+  return out.finish()
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -427,25 +428,29 @@ function appendLeaves (arr: unknown[], out: unknown[], depth: number, name: stri
   }
 }
 
-const utf8Encoder = new TextEncoder()
+function convertStrings (ctx: LeafContext, leaves: unknown[], maxBytes: number, limitSetting: string): BytesData {
+  const out = new BytesDataBuilder(leaves.length)
+  let byteSize = 0
+  for (let i = 0; i < leaves.length; i++) {
+    const v = leaves[i]
+    if (typeof v !== 'string') throw leafError(ctx, i, describeValue(v), 'a string')
+    byteSize += 4 + out.pushString(v)
+    if (byteSize > maxBytes) throw byteSizeError(ctx.name, ctx.kind, byteSize, maxBytes, limitSetting)
+  }
+  return out.finish()
+}
 
 function convertLeaves (ctx: LeafContext, leaves: unknown[], maxBytes: number, limitSetting: string): TensorData {
   const n = leaves.length
   const datatype = ctx.datatype
+  if (datatype === 'BYTES') return convertStrings(ctx, leaves, maxBytes, limitSetting)
   const info = DATATYPES[datatype]
   const out = allocateTensorData(datatype, n)
-  let byteSize = 0
   for (let i = 0; i < n; i++) {
     const v = leaves[i]
     if (datatype === 'BOOL') {
       if (v !== true && v !== false) throw leafError(ctx, i, describeValue(v), 'true or false')
       ;(out as Uint8Array)[i] = v ? 1 : 0
-    } else if (datatype === 'BYTES') {
-      if (typeof v !== 'string') throw leafError(ctx, i, describeValue(v), 'a string')
-      const bytes = utf8Encoder.encode(v)
-      byteSize += 4 + bytes.length
-      if (byteSize > maxBytes) throw byteSizeError(ctx.name, ctx.kind, byteSize, maxBytes, limitSetting)
-      ;(out as Uint8Array[])[i] = bytes
     } else if (typeof v !== 'number') {
       throw leafError(ctx, i, describeValue(v), info.integerRange !== undefined ? integerExpectation(datatype) : 'a number')
     } else if (info.integerRange !== undefined) {

@@ -4,6 +4,7 @@
  * patterns; BYTES a 4-byte little-endian length before each element. From bytes to typed data (views where the
  * alignment allows) and back (the typed array's own bytes), once for both codecs; each keeps its own error texts.
  */
+import { BytesData } from './bytes-data.ts'
 import { DATATYPES } from './datatypes.ts'
 import { type DataType, type TensorData } from './types.ts'
 
@@ -68,50 +69,44 @@ export interface BytesElementErrors {
 }
 
 /**
- * The elements of a BYTES tensor from its length-prefixed bytes, each a view into them; `count` undefined: as many
- * as there are. Checks as Triton's core does (ValidateBytesInputs), in its order.
+ * The elements of a BYTES tensor from its length-prefixed bytes, as views into them; `count` undefined: as many as
+ * there are. Checks as Triton's core does (ValidateBytesInputs), in its order.
  */
-export function bytesElements (raw: Uint8Array, count: number | undefined, errors: BytesElementErrors): Uint8Array[] {
-  // Plain Uint8Array views, whatever `raw` is (a Buffer's subarray would make every element a Buffer).
-  const bytes = new Uint8Array(raw.buffer, raw.byteOffset, raw.byteLength)
-  const end = bytes.length
-  const out: Uint8Array[] = []
+export function bytesElements (raw: Uint8Array, count: number | undefined, errors: BytesElementErrors): BytesData {
+  const end = raw.length
+  // Two walks: the first checks the layout and counts, so the index is allocated once at its size.
+  let n = 0
   let pos = 0
   while (end - pos >= 4) {
-    if (count !== undefined && out.length >= count) throw errors.tooMany()
-    const length = ((bytes[pos] as number) | (bytes[pos + 1] as number) << 8 | (bytes[pos + 2] as number) << 16 |
-      (bytes[pos + 3] as number) << 24) >>> 0
+    if (count !== undefined && n >= count) throw errors.tooMany()
+    const length = lengthAt(raw, pos)
     pos += 4
-    if (length > end - pos) throw errors.incompleteData(length, end - pos, out.length)
-    out.push(bytes.subarray(pos, pos + length))
+    if (length > end - pos) throw errors.incompleteData(length, end - pos, n)
     pos += length
+    n++
   }
-  if (pos !== end) throw errors.incompleteLength(end - pos, out.length)
-  if (count !== undefined && out.length < count) throw errors.tooFew(out.length)
-  return out
+  if (pos !== end) throw errors.incompleteLength(end - pos, n)
+  if (count !== undefined && n < count) throw errors.tooFew(n)
+  const spans = new Uint32Array(2 * n)
+  pos = 0
+  for (let i = 0; i < 2 * n; i += 2) {
+    const length = lengthAt(raw, pos)
+    spans[i] = pos + 4
+    pos += 4 + length
+    spans[i + 1] = pos
+  }
+  return new BytesData(raw, spans)
 }
 
-/** Size of a BYTES tensor in the raw layout: 4 bytes of length and the bytes, per element. */
-function bytesSize (elements: readonly Uint8Array[]): number {
-  let total = 0
-  for (let i = 0; i < elements.length; i++) total += 4 + (elements[i] as Uint8Array).length
-  return total
+function lengthAt (b: Uint8Array, pos: number): number {
+  return ((b[pos] as number) | (b[pos + 1] as number) << 8 | (b[pos + 2] as number) << 16 | (b[pos + 3] as number) << 24) >>> 0
 }
 
 /** Writes a tensor's raw bytes into `out` at `pos`; returns the position after them. */
 export function writeRawBytes (out: Uint8Array, pos: number, data: TensorData): number {
-  if (Array.isArray(data)) {
-    // The one per-element loop: each element needs its length prefix.
-    const view = new DataView(out.buffer, out.byteOffset, out.byteLength)
-    for (let i = 0; i < data.length; i++) {
-      const e = data[i] as Uint8Array
-      view.setUint32(pos, e.length, true)
-      out.set(e, pos + 4)
-      pos += 4 + e.length
-    }
-    return pos
-  }
-  const typed = data as Exclude<TensorData, Uint8Array[]>
+  // BYTES: each element needs its length prefix.
+  if (data instanceof BytesData) return data.writeRaw(out, pos)
+  const typed = data
   out.set(new Uint8Array(typed.buffer, typed.byteOffset, typed.byteLength), pos)
   /* c8 ignore next */
   if (!LITTLE_ENDIAN_HOST) swapBytes(out.subarray(pos, pos + typed.byteLength), typed.BYTES_PER_ELEMENT)
@@ -120,11 +115,11 @@ export function writeRawBytes (out: Uint8Array, pos: number, data: TensorData): 
 
 /** A tensor's elements in the raw layout: the typed array's own bytes (no copy), or BYTES serialized once. */
 export function rawBytes (data: TensorData): Uint8Array {
-  if (!Array.isArray(data) && (LITTLE_ENDIAN_HOST || data.BYTES_PER_ELEMENT === 1)) {
-    const typed = data as Exclude<TensorData, Uint8Array[]>
-    return new Uint8Array(typed.buffer, typed.byteOffset, typed.byteLength)
+  if (!(data instanceof BytesData) && (LITTLE_ENDIAN_HOST || data.BYTES_PER_ELEMENT === 1)) {
+    return new Uint8Array(data.buffer, data.byteOffset, data.byteLength)
   }
-  const out = Buffer.allocUnsafe(Array.isArray(data) ? bytesSize(data) : data.byteLength)
+  // BytesData's byteLength is its raw size.
+  const out = Buffer.allocUnsafe(data.byteLength)
   writeRawBytes(out, 0, data)
   return out
 }

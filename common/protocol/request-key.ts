@@ -38,6 +38,7 @@
  * (no copy).
  */
 import { createHash, hash as oneShot, type Hash } from 'node:crypto'
+import { BytesData } from './bytes-data.ts'
 import { LITTLE_ENDIAN_HOST, rawBytes } from './raw-layout.ts'
 import { type InferRequest, type Parameters, type ParameterValue, type Tensor } from './types.ts'
 
@@ -169,29 +170,24 @@ class KeyWriter {
     this.#pos = start + n
   }
 
-  /** BYTES elements in Triton's raw layout (each with its 4-byte little-endian length), in one tight loop. */
-  elements (data: readonly Uint8Array[]): void {
-    const b = this.#scratch
-    let p = this.#pos
-    for (let e = 0; e < data.length; e++) {
-      const v = data[e]!
-      const n = v.length
-      if (n > 64 || p + 4 + n > SCRATCH_BYTES) {
-        this.#pos = p
-        this.u32(n)
-        this.bytes(v)
-        p = this.#pos
+  /** BYTES elements in Triton's raw layout (each with its 4-byte little-endian length), a scratch-full at a time. */
+  elements (data: BytesData): void {
+    let start = 0
+    while (start < data.length) {
+      let end = start
+      let size = 0
+      while (end < data.length && size + 4 + data.elementLength(end) <= SCRATCH_BYTES) size += 4 + data.elementLength(end++)
+      if (end === start) {
+        // One element larger than the scratch: it goes to the hash directly.
+        const e = data.get(start++)
+        this.u32(e.length)
+        this.bytes(e)
         continue
       }
-      b[p] = n & 0xff
-      b[p + 1] = (n >>> 8) & 0xff
-      b[p + 2] = (n >>> 16) & 0xff
-      b[p + 3] = n >>> 24
-      p += 4
-      for (let i = 0; i < n; i++) b[p + i] = v[i]!
-      p += n
+      this.#room(size)
+      this.#pos = data.subarray(start, end).writeRaw(this.#scratch, this.#pos)
+      start = end
     }
-    this.#pos = p
   }
 
   /** Raw bytes, without a length: the caller wrote it. */
@@ -255,7 +251,7 @@ function writeTensor (w: KeyWriter, t: Tensor): void {
   for (const d of t.shape) w.f64(d)
   writeParameters(w, t.parameters, skipInputParameter)
   const data = t.data
-  if (Array.isArray(data)) {
+  if (data instanceof BytesData) {
     // BYTES: the element count, then Triton's raw layout (a length before each element).
     w.u8(1)
     w.u32(data.length)

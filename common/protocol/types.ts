@@ -2,6 +2,7 @@
  * KServe v2 / Open Inference Protocol types as Flotilla holds them in memory, after decoding from the wire.
  * Wire details (JSON layout, the binary extension, gRPC) live in the codecs; nothing here depends on a transport.
  */
+import { type BytesData } from './bytes-data.ts'
 
 /** Protocol datatype names, case-sensitive, as on the wire. */
 export type DataType =
@@ -15,13 +16,13 @@ export type DataType =
  * Element storage per datatype: BOOL → Uint8Array (0/1), UINT8 → Uint8Array, UINT16 → Uint16Array,
  * UINT32 → Uint32Array, UINT64 → BigUint64Array, INT8 → Int8Array, INT16 → Int16Array, INT32 → Int32Array,
  * INT64 → BigInt64Array, FP16 and BF16 → Uint16Array holding the raw 16-bit patterns, FP32 → Float32Array,
- * FP64 → Float64Array, BYTES → one Uint8Array per element.
+ * FP64 → Float64Array, BYTES → {@link BytesData} (the elements packed in one buffer).
  */
 export type TensorData =
   | Uint8Array | Uint16Array | Uint32Array | BigUint64Array
   | Int8Array | Int16Array | Int32Array | BigInt64Array
   | Float32Array | Float64Array
-  | Uint8Array[]
+  | BytesData
 
 /** A request or response parameter value (KServe v2 allows string, number, boolean). */
 export type ParameterValue = string | number | boolean

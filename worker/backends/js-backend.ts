@@ -7,7 +7,7 @@
  *   export async function finalize ()        // optional; on unload
  *
  * A request is `{ inputs: { NAME: { name, datatype, shape, data } }, requestedOutputs, parameters, batchSize }`
- * with typed-array data (BYTES: an array of Uint8Array). A response is `{ outputs: [{ name, shape, data,
+ * with typed-array data (BYTES: an array of Uint8Array, views of the request). A response is `{ outputs: [{ name, shape, data,
  * datatype? }] }` or `{ error: 'message' }`; `data` may be a typed array or a plain array, and is converted to the
  * datatype the config declares for that output. Everything a module returns is checked here, so a mistake in
  * model code fails that request with a message naming the output, never the worker.
@@ -17,6 +17,7 @@ import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { createError, wrapError } from '../../common/errors.ts'
 import { allocateTensorData, configTypeToDataType, elementCount, float32ToBf16Bits, float32ToFp16Bits } from '../../common/protocol/datatypes.ts'
+import { BytesData, BytesDataBuilder } from '../../common/protocol/bytes-data.ts'
 import { type DataType, type Tensor, type TensorData } from '../../common/protocol/types.ts'
 import { type ModelConfig } from '../repository/types.ts'
 import {
@@ -38,8 +39,13 @@ export interface JsModelInitArgs {
   parameters: Record<string, string>
 }
 
+/** A tensor as a module sees it: BYTES elements as an array of Uint8Array, plain to write model code against. */
+export interface JsModelTensor extends Omit<Tensor, 'data'> {
+  data: Exclude<TensorData, BytesData> | Uint8Array[]
+}
+
 export interface JsModelRequest {
-  inputs: Record<string, Tensor>
+  inputs: Record<string, JsModelTensor>
   requestedOutputs: readonly string[]
   parameters: Readonly<Record<string, string | number | boolean>>
   batchSize: number
@@ -74,11 +80,8 @@ async function importModule (file: string, modelName: string): Promise<JsModelMo
 }
 
 /** Converts one element to the storage of `datatype`; returns undefined when it cannot. */
-function convertElement (datatype: DataType, v: unknown): number | bigint | Uint8Array | undefined {
+function convertElement (datatype: Exclude<DataType, 'BYTES'>, v: unknown): number | bigint | undefined {
   switch (datatype) {
-    case 'BYTES':
-      if (typeof v === 'string') return Buffer.from(v, 'utf8')
-      return v instanceof Uint8Array ? v : undefined
     case 'BOOL':
       return typeof v === 'boolean' || typeof v === 'number' ? (v ? 1 : 0) : undefined
     case 'INT64': case 'UINT64':
@@ -95,12 +98,16 @@ function convertElement (datatype: DataType, v: unknown): number | bigint | Uint
 }
 
 function toTensorData (datatype: DataType, data: unknown, count: number): TensorData | string {
+  if (datatype === 'BYTES' && data instanceof BytesData) {
+    return data.length === count ? data : `has ${data.length} elements, but its shape holds ${count}`
+  }
   if (!Array.isArray(data) && !ArrayBuffer.isView(data)) return 'data must be an array or a typed array'
   const source = data as ArrayLike<unknown>
   if (source.length !== count) return `has ${source.length} elements, but its shape holds ${count}`
+  if (datatype === 'BYTES') return toBytesData(source)
   const out = allocateTensorData(datatype, count)
   // Typed arrays of exactly the storage type pass through without a copy (FP16/BF16 bits included).
-  if (!Array.isArray(out) && !Array.isArray(data) && Object.getPrototypeOf(out) === Object.getPrototypeOf(data)) {
+  if (!Array.isArray(data) && Object.getPrototypeOf(out) === Object.getPrototypeOf(data)) {
     return data as TensorData
   }
   for (let i = 0; i < count; i++) {
@@ -109,6 +116,18 @@ function toTensorData (datatype: DataType, data: unknown, count: number): Tensor
     ;(out as unknown as Array<unknown>)[i] = v
   }
   return out
+}
+
+/** BYTES elements from strings (stored as UTF-8) or byte arrays, packed. */
+function toBytesData (source: ArrayLike<unknown>): BytesData | string {
+  const out = new BytesDataBuilder(source.length)
+  for (let i = 0; i < source.length; i++) {
+    const v = source[i]
+    if (typeof v === 'string') out.pushString(v)
+    else if (v instanceof Uint8Array) out.push(v)
+    else return `element ${i} (${String(v)}) is not a valid BYTES value`
+  }
+  return out.finish()
 }
 
 /** Checks and converts one response a module returned; exported for tests. */
@@ -139,6 +158,10 @@ export function convertJsResponse (config: ModelConfig, raw: unknown): BackendRe
   return { outputs }
 }
 
+function toJsTensor (t: Tensor): JsModelTensor {
+  return t.data instanceof BytesData ? { ...t, data: t.data.toArray() } : t as JsModelTensor
+}
+
 class JsInstance implements BackendInstance {
   readonly #module: JsModelModule
   readonly #config: ModelConfig
@@ -150,7 +173,7 @@ class JsInstance implements BackendInstance {
 
   async execute (requests: readonly BackendRequest[]): Promise<BackendResponse[]> {
     const jsRequests: JsModelRequest[] = requests.map(r => ({
-      inputs: Object.fromEntries(r.inputs),
+      inputs: Object.fromEntries([...r.inputs].map(([name, t]) => [name, toJsTensor(t)])),
       requestedOutputs: r.requestedOutputs,
       parameters: r.parameters,
       batchSize: r.batchSize

@@ -22,6 +22,7 @@
 import { LRUCache } from 'lru-cache'
 import { createError } from '../../common/errors.ts'
 import { type Logger } from '../../common/logger.ts'
+import { BytesData } from '../../common/protocol/bytes-data.ts'
 import { type Parameters, type Tensor, type TensorData } from '../../common/protocol/types.ts'
 import { type ModelRepository } from '../repository/model-repository.ts'
 
@@ -36,8 +37,8 @@ export interface ResponseCacheConfig {
 export const ENTRY_OVERHEAD_BYTES = 256
 /** Allowance for one output tensor's objects (the tensor, its shape array, its typed array). */
 export const TENSOR_OVERHEAD_BYTES = 128
-/** Allowance for each BYTES element's view into its tensor's block. */
-export const BYTES_ELEMENT_OVERHEAD_BYTES = 64
+/** Each BYTES element's place in its tensor's index (BytesData: a start and an end, 4 bytes each). */
+export const BYTES_ELEMENT_OVERHEAD_BYTES = 8
 
 /** One stored answer. Frozen in spirit: nothing that reads it may change it. */
 export interface CachedResponse {
@@ -132,10 +133,9 @@ export function parseCacheConfig (values: readonly string[]): ResponseCacheConfi
 }
 
 function dataBytes (data: TensorData): number {
-  if (!Array.isArray(data)) return data.byteLength
-  let total = data.length * BYTES_ELEMENT_OVERHEAD_BYTES
-  for (let i = 0; i < data.length; i++) total += (data[i] as Uint8Array).length
-  return total
+  if (!(data instanceof BytesData)) return data.byteLength
+  // byteLength counts a 4-byte length per element; the index takes BYTES_ELEMENT_OVERHEAD_BYTES instead.
+  return data.byteLength + data.length * (BYTES_ELEMENT_OVERHEAD_BYTES - 4)
 }
 
 /**
@@ -152,27 +152,11 @@ export function entryBytes (key: string, check: string, outputs: readonly Tensor
 /**
  * A copy the cache owns: a backend's outputs may be views of its inputs (the identity backend echoes them) or of a
  * reused buffer, and must neither keep a request's body alive nor change under the entry. Fixed-size data is one
- * copy; BYTES elements are copied into one block and viewed from it.
+ * copy; BYTES elements are packed into one block (BytesData's `slice`).
  */
 function ownTensor (t: Tensor): Tensor {
-  const data = t.data
-  let copy: TensorData
-  if (Array.isArray(data)) {
-    let total = 0
-    for (let i = 0; i < data.length; i++) total += (data[i] as Uint8Array).length
-    const block = new Uint8Array(total)
-    const views = new Array<Uint8Array>(data.length)
-    let pos = 0
-    for (let i = 0; i < data.length; i++) {
-      const e = data[i] as Uint8Array
-      block.set(e, pos)
-      views[i] = block.subarray(pos, pos + e.length)
-      pos += e.length
-    }
-    copy = views
-  } else {
-    copy = data.slice()
-  }
+  // One copy either way (BytesData's slice packs its elements into one block).
+  const copy: TensorData = t.data.slice()
   const out: Tensor = { name: t.name, datatype: t.datatype, shape: [...t.shape], data: copy }
   if (t.parameters !== undefined) out.parameters = { ...t.parameters }
   return out

@@ -11,6 +11,7 @@ import { readFile } from 'node:fs/promises'
 import { isAbsolute, join, relative, resolve } from 'node:path'
 import { createError, type FlotillaError } from '../../common/errors.ts'
 import { allocateTensorData, configTypeToDataType, DATATYPES, elementCount } from '../../common/protocol/datatypes.ts'
+import { BytesData } from '../../common/protocol/bytes-data.ts'
 import { type Tensor, type TensorData } from '../../common/protocol/types.ts'
 import { type BackendInstance, type BackendRequest } from '../backends/types.ts'
 import { validateInferRequest } from '../inference/validate-request.ts'
@@ -44,7 +45,7 @@ function warmupError (modelName: string, sample: string, detail: string): Flotil
 }
 
 /** Bytes of a typed array, to fill it from raw little-endian bytes (every platform Node runs on is little-endian). */
-function bytesOf (data: Exclude<TensorData, Uint8Array[]>): Uint8Array {
+function bytesOf (data: Exclude<TensorData, BytesData>): Uint8Array {
   return new Uint8Array(data.buffer, data.byteOffset, data.byteLength)
 }
 
@@ -66,32 +67,33 @@ async function fileElements (
   const datatype = configTypeToDataType(input.data_type)!
   const size = DATATYPES[datatype].byteSize
   if (size === 0) {
-    // BYTES: each element is a 4-byte little-endian length and that many bytes.
-    const elements: Uint8Array[] = []
+    // BYTES: each element is a 4-byte little-endian length and that many bytes; views of the file's contents.
+    const spans = new Uint32Array(2 * count)
     let offset = 0
-    while (elements.length < count) {
+    for (let i = 0; i < count; i++) {
       if (offset + 4 > bytes.length) {
         throw new Error(`warmup setting expects ${count} elements for input '${inputName}', but the data provided ` +
-          `from ${file} holds ${elements.length} (each element is a 4-byte little-endian length ` +
+          `from ${file} holds ${i} (each element is a 4-byte little-endian length ` +
           'followed by its bytes)')
       }
       const length = bytes.readUInt32LE(offset)
       offset += 4
       if (offset + length > bytes.length) {
-        throw new Error(`element ${elements.length} of input '${inputName}' in ${file} declares ` +
+        throw new Error(`element ${i} of input '${inputName}' in ${file} declares ` +
           `${length} bytes, but only ${bytes.length - offset} remain`)
       }
-      elements.push(new Uint8Array(bytes.subarray(offset, offset + length)))
+      spans[2 * i] = offset
       offset += length
+      spans[2 * i + 1] = offset
     }
-    return elements
+    return new BytesData(bytes, spans)
   }
   const need = count * size
   if (bytes.length < need) {
     throw new Error(`warmup setting expects ${need} bytes, but the data provided from ${file} ` +
       `only has ${bytes.length} bytes`)
   }
-  const data = allocateTensorData(datatype, count) as Exclude<TensorData, Uint8Array[]>
+  const data = allocateTensorData(datatype, count) as Exclude<TensorData, BytesData>
   bytesOf(data).set(bytes.subarray(0, need))
   return data
 }
@@ -99,7 +101,7 @@ async function fileElements (
 function randomElements (datatype: Tensor['datatype'], count: number, random: () => number): TensorData {
   const data = allocateTensorData(datatype, count)
   // Triton fills random_data with random bytes; BYTES cannot take arbitrary bytes and gets zeros (empty strings).
-  if (Array.isArray(data)) return data
+  if (data instanceof BytesData) return data
   const bytes = bytesOf(data)
   if (datatype === 'BOOL') {
     for (let i = 0; i < bytes.length; i++) bytes[i] = random() < 0.5 ? 0 : 1

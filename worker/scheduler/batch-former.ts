@@ -18,6 +18,7 @@
  * variable dimension that do not allow ragged batches, and for shape tensors (shape and contents); a model with
  * optional inputs also needs the same set of inputs. {@link ShapeCheck.fromConfig} says which apply.
  */
+import { BytesData } from '../../common/protocol/bytes-data.ts'
 import { type Tensor, type TensorData } from '../../common/protocol/types.ts'
 import { type BackendRequest } from '../backends/types.ts'
 import { type ModelConfig } from '../repository/types.ts'
@@ -188,9 +189,9 @@ function sameContents (a: Tensor, b: Tensor): boolean {
 }
 
 function sameData (a: TensorData, b: TensorData): boolean {
-  if (Array.isArray(a) || Array.isArray(b)) {
-    if (!Array.isArray(a) || !Array.isArray(b) || a.length !== b.length) return false
-    for (let i = 0; i < a.length; i++) if (!sameBytes(a[i] as Uint8Array, b[i] as Uint8Array)) return false
+  if (a instanceof BytesData || b instanceof BytesData) {
+    if (!(a instanceof BytesData) || !(b instanceof BytesData) || a.length !== b.length) return false
+    for (let i = 0; i < a.length; i++) if (!sameBytes(a.get(i), b.get(i))) return false
     return true
   }
   return sameBytes(

@@ -11,10 +11,11 @@
  * Ragged inputs (`allow_ragged_batch`, shapes that differ beyond the batch dimension) are merged as Triton's
  * backends merge them: into one 1-D tensor of all the elements, in request order.
  */
+import { BytesData } from '../../common/protocol/bytes-data.ts'
 import { type Tensor, type TensorData } from '../../common/protocol/types.ts'
 import { type BackendRequest } from '../backends/types.ts'
 
-type TypedTensorData = Exclude<TensorData, Uint8Array[]>
+type TypedTensorData = Exclude<TensorData, BytesData>
 type TypedArrayConstructor = new (length: number) => TypedTensorData
 
 /** Merges input `name` of every request of a batch into one tensor. Throws when a request lacks it. */
@@ -73,7 +74,7 @@ export function splitOutput (output: Tensor, requests: readonly BackendRequest[]
     const b = Math.max(1, (requests[r] as BackendRequest).batchSize)
     const start = offset * perItem
     const end = (offset + b) * perItem
-    const data = Array.isArray(output.data) ? output.data.slice(start, end) : output.data.subarray(start, end)
+    const data = output.data.subarray(start, end)
     const part: Tensor = { name: output.name, datatype: output.datatype, shape: [b, ...rest], data }
     if (output.parameters !== undefined) part.parameters = output.parameters
     parts[r] = part
@@ -101,12 +102,7 @@ function sameTrailingDims (a: readonly number[], b: readonly number[]): boolean 
 /** One buffer holding every tensor's elements in order: the only copy merging makes. */
 function concatData (tensors: readonly Tensor[], elements: number): TensorData {
   const first = (tensors[0] as Tensor).data
-  if (Array.isArray(first)) {
-    const out = new Array<Uint8Array>(elements)
-    let i = 0
-    for (const t of tensors) for (const element of t.data as Uint8Array[]) out[i++] = element
-    return out
-  }
+  if (first instanceof BytesData) return BytesData.concat(tensors.map(t => t.data as BytesData))
   const out = new (first.constructor as TypedArrayConstructor)(elements)
   let offset = 0
   for (const t of tensors) {

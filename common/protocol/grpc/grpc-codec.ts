@@ -28,6 +28,7 @@
  */
 import * as grpc from '@grpc/grpc-js'
 import { createError, isFlotillaError, type FlotillaError, type GrpcStatusName } from '../../errors.ts'
+import { BytesData, BytesDataBuilder } from '../bytes-data.ts'
 import { DATATYPES, allocateTensorData, elementCount, isDataType } from '../datatypes.ts'
 import { requestIdPrefix } from '../json-codec.ts'
 import { bytesElements, rawBytes, typedElements } from '../raw-layout.ts'
@@ -274,7 +275,7 @@ function checkMaxBytes (ctx: TensorContext, byteSize: number, maxBytes: number):
  * BYTES elements from Triton's raw layout (4-byte little-endian length, then the bytes), as views into `raw`, with
  * the core's element-count and truncation messages. `count` undefined: as many as there are.
  */
-function parseBytesElements (raw: Uint8Array, count: number | undefined, ctx: TensorContext): Uint8Array[] {
+function parseBytesElements (raw: Uint8Array, count: number | undefined, ctx: TensorContext): BytesData {
   return bytesElements(raw, count, {
     tooMany: () => tooManyStrings(ctx, count ?? 0),
     incompleteData: (length, available) => invalid(
@@ -436,14 +437,14 @@ function contentsToData (
     case 'FP32': return new Float32Array(values as ArrayLike<number>)
     case 'FP64': return new Float64Array(values as ArrayLike<number>)
     case 'BYTES': {
+      // Views of the message the elements arrived in, as long as they all are.
       const elements = values as ArrayLike<Uint8Array>
-      const out = new Array<Uint8Array>(elements.length)
-      // Plain Uint8Array views, not Buffers, so every BYTES element behaves the same whatever its source.
+      const out = new BytesDataBuilder(elements.length)
       for (let i = 0; i < elements.length; i++) {
         const e = elements[i] as Uint8Array
-        out[i] = new Uint8Array(e.buffer, e.byteOffset, e.byteLength)
+        out.pushView(e, 0, e.length)
       }
-      return out
+      return out.finish()
     }
     /* c8 ignore next 3 */ // contentsField never matches FP16/BF16: they have no contents field
     case 'FP16':
@@ -465,11 +466,7 @@ function fromContents (
   }
   if (size !== 0) checkMaxBytes(ctx, length * size, maxBytes)
   const data = contentsToData(datatype, contents, field, ctx)
-  if (size === 0) {
-    let total = 0
-    for (const e of data as Uint8Array[]) total += 4 + e.length
-    checkMaxBytes(ctx, total, maxBytes)
-  }
+  if (size === 0) checkMaxBytes(ctx, data.byteLength, maxBytes)
   return data
 }
 
@@ -485,7 +482,7 @@ function dataToContents (tensor: Tensor): InferTensorContentsMessage {
     case 'UINT64': return { uint64_contents: Array.from(data as BigUint64Array) }
     case 'FP32': return { fp32_contents: data as Float32Array }
     case 'FP64': return { fp64_contents: data as Float64Array }
-    case 'BYTES': return { bytes_contents: data as Uint8Array[] }
+    case 'BYTES': return { bytes_contents: (data as BytesData).toArray() }
     case 'FP16':
     case 'BF16':
       throw invalid(

@@ -4,7 +4,9 @@ import {
 } from '../../../bin/perf/input-data.ts'
 import { type ModelMetadata } from '../../../bin/perf/transport.ts'
 import { isFlotillaError } from '../../../common/errors.ts'
+import { BytesData } from '../../../common/protocol/bytes-data.ts'
 import { fp16BitsToFloat32 } from '../../../common/protocol/datatypes.ts'
+import { elementsOf, stringsOf } from '../../helpers/bytes-data.ts'
 
 /** The demo `simple` model's metadata: two INT32 [-1,16] inputs, batching. */
 const SIMPLE: ModelMetadata = {
@@ -80,7 +82,11 @@ t.test('random data: seeded, within range, per datatype', async t => {
     const v = fp16BitsToFloat32(bits)
     t.ok(v >= 0 && v <= 1, `FP16 pattern ${bits} is ${v}, in [0, 1]`)
   }
-  for (const bytes of s!.data as Uint8Array[]) t.match(Buffer.from(bytes).toString(), /^[a-z0-9]{5}$/)
+  const strings = stringsOf(s!.data)
+  t.equal(strings.length, 2, 'one BYTES element per sample')
+  for (const text of strings) t.match(text, /^[a-z0-9]{5}$/)
+  t.notSame(strings, stringsOf(a[1]!.inputs[1]!.data), 'the BYTES input differs between requests')
+  t.strictSame(stringsOf(b[0]!.inputs[1]!.data), strings, 'and is the same for the same seed')
   t.ok((i!.data as BigInt64Array).every((v) => v >= 0n && v <= 100n))
   t.ok((bool!.data as Uint8Array).every((v) => v === 0 || v === 1))
 
@@ -105,13 +111,15 @@ t.test('a data file: flat values, content with shape, b64, and -b stacking entri
   t.strictSame(Array.from(one[0]!.inputs[0]!.data as Uint16Array).map(fp16BitsToFloat32), [0.5, 1])
   t.strictSame(Array.from(one[1]!.inputs[2]!.data as BigInt64Array), [4n, 5n, 6n], 'b64 holds the raw little-endian elements')
   t.strictSame(Array.from(one[2]!.inputs[2]!.data as BigInt64Array), [9007199254740993n, 0n, -1n], 'INT64 beyond 2^53 as a digit string, exactly')
-  t.equal(Buffer.from((one[2]!.inputs[1]!.data as Uint8Array[])[0]!).toString(), 'hi', 'BYTES b64 is length-prefixed')
+  t.strictSame(stringsOf(one[0]!.inputs[1]!.data), ['a'], 'BYTES values are stored as UTF-8')
+  t.strictSame(stringsOf(one[2]!.inputs[1]!.data), ['hi'], 'BYTES b64 is length-prefixed')
   t.strictSame(one[1]!.inputs[1]!.shape, [1, 1])
 
   const batched = fileRequests(file, inputs, 2, 'mixed')
   t.equal(batched.length, 3)
   // Request j stacks entries 2j and 2j+1, wrapping: [0,1], [2,0], [1,2].
   t.strictSame(batched.map((r) => Array.from(r.inputs[3]!.data as Uint8Array)), [[1, 0], [0, 1], [0, 0]])
+  t.strictSame(batched.map((r) => stringsOf(r.inputs[1]!.data)), [['a', 'bc'], ['hi', 'a'], ['bc', 'hi']], 'BYTES entries stack too')
   t.strictSame(batched[0]!.inputs.map((i) => i.shape), [[2, 2], [2, 1], [2, 3], [2, 1]])
 
   // --shape fills what an entry leaves open.
@@ -174,5 +182,8 @@ t.test('a data file: each malformed case names the entry, the input and the fix'
 t.test('a resolved input is plain data', async t => {
   const input: ResolvedInput = { name: 'X', datatype: 'BYTES', batched: false, sampleShape: [2] }
   const [request] = zeroRequests([input], 1)
-  t.strictSame(request, { parameters: {}, inputs: [{ name: 'X', datatype: 'BYTES', shape: [2], data: [new Uint8Array(0), new Uint8Array(0)] }] })
+  t.strictSame(request, { parameters: {}, inputs: [{ name: 'X', datatype: 'BYTES', shape: [2], data: BytesData.empty(2) }] })
+  const data = request!.inputs[0]!.data
+  t.ok(data instanceof BytesData, 'BYTES data is a BytesData')
+  t.strictSame(elementsOf(data), [new Uint8Array(0), new Uint8Array(0)], 'of empty elements')
 })

@@ -12,6 +12,7 @@ import {
   parseInferenceHeaderLength,
   rawRequestInputCountError
 } from '../../../common/protocol/binary-codec.ts'
+import { BytesData } from '../../../common/protocol/bytes-data.ts'
 import {
   decodeInferRequest,
   decodeInferResponse,
@@ -25,6 +26,7 @@ import {
   type Tensor,
   type TensorData
 } from '../../../common/protocol/types.ts'
+import { bytes, elementsOf, stringsOf } from '../../helpers/bytes-data.ts'
 import { type Asserts, throwsCoded } from '../../helpers/coded-error.ts'
 
 function fails (t: Asserts, fn: () => unknown, code: ErrorCode, message: string, what?: string): void {
@@ -76,18 +78,15 @@ function bufferOf (data: TensorData | undefined): ArrayBufferLike {
   return (data as Float32Array).buffer
 }
 
-/** Element-wise Object.is, so -0 and NaN count; BYTES compared byte for byte. */
+/** Element-wise Object.is, so -0 and NaN count; BYTES compared byte for byte (both must be BYTES). */
 function sameElements (a: TensorData, b: TensorData): boolean {
   if (a.length !== b.length) return false
-  for (let i = 0; i < a.length; i++) {
-    const x = a[i]
-    const y = b[i]
-    if (x instanceof Uint8Array && y instanceof Uint8Array) {
-      if (!Buffer.from(x).equals(Buffer.from(y))) return false
-    } else if (!Object.is(x, y)) {
-      return false
-    }
+  if (a instanceof BytesData || b instanceof BytesData) {
+    if (!(a instanceof BytesData) || !(b instanceof BytesData)) return false
+    for (let i = 0; i < a.length; i++) if (!Buffer.from(a.get(i)).equals(Buffer.from(b.get(i)))) return false
+    return true
   }
+  for (let i = 0; i < a.length; i++) if (!Object.is(a[i], b[i])) return false
   return true
 }
 
@@ -133,7 +132,7 @@ const CASES: DatatypeCase[] = [
     datatype: 'BYTES',
     json: ['a', '', '日本'],
     raw: lengthPrefixed(utf8('a'), utf8(''), utf8('日本')),
-    ctor: Array
+    ctor: BytesData
   }
 ]
 
@@ -205,7 +204,7 @@ t.test('BYTES: empty and non-UTF-8 elements are views of the body', async t => {
   const elements = [new Uint8Array([0xff, 0xfe, 0x00]), new Uint8Array(0), utf8('ok'), new Uint8Array([0xc3])]
   const raw = lengthPrefixed(...elements)
   const bin = body({ inputs: [{ name: 'S', datatype: 'BYTES', shape: [2, 2], parameters: { binary_data_size: raw.length } }] }, [raw])
-  const data = (decodeHttpInferRequest(bin.body, bin.headerLength).inputs[0] as Tensor).data as Uint8Array[]
+  const data = elementsOf((decodeHttpInferRequest(bin.body, bin.headerLength).inputs[0] as Tensor).data)
   t.equal(data.length, 4)
   t.same(data.map((e) => Array.from(e)), elements.map((e) => Array.from(e)), 'bytes as sent, not decoded as text')
   t.ok(data.every((e) => e.constructor === Uint8Array), 'plain Uint8Arrays')
@@ -267,7 +266,7 @@ t.test('zero-element binary tensors', async t => {
   const r = decodeHttpInferRequest(b.body, b.headerLength)
   t.same(r.inputs.map((i) => i.data.length), [0, 0, 2])
   t.ok(r.inputs[0]?.data instanceof Float32Array)
-  t.same(r.inputs[1]?.data, [])
+  t.strictSame(elementsOf(r.inputs[1]?.data), [])
   t.same(Array.from(r.inputs[2]?.data as Int8Array), [1, 2])
 })
 
@@ -415,9 +414,9 @@ function allDatatypesResponse (): InferResponse {
       tensor('BF16', 'BF16', new Uint16Array([0x3dcd, 0x8000, 0xff80, 0x7fc0])),
       tensor('FP32', 'FP32', new Float32Array([0.1, -0, Infinity, NaN, 1e-45])),
       tensor('FP64', 'FP64', new Float64Array([0.1, -Infinity, 5e-324, -0])),
-      { ...tensor('BYTES', 'BYTES', [utf8('a'), utf8(''), utf8('日本"\n')]), parameters: { classification: 1 } },
+      { ...tensor('BYTES', 'BYTES', bytes('a', '', '日本"\n')), parameters: { classification: 1 } },
       tensor('EMPTY', 'FP32', new Float32Array(0), [0, 3]),
-      tensor('EMPTY_BYTES', 'BYTES', [], [0])
+      tensor('EMPTY_BYTES', 'BYTES', bytes(), [0])
     ]
   }
 }
@@ -449,7 +448,7 @@ t.test('encodeHttpInferResponse: layout, byte for byte', async t => {
   const response: InferResponse = {
     model_name: 'm',
     model_version: '1',
-    outputs: [tensor('A', 'FP32', f), tensor('J', 'INT32', new Int32Array([7])), tensor('Z', 'INT8', new Int8Array(0)), tensor('S', 'BYTES', s)]
+    outputs: [tensor('A', 'FP32', f), tensor('J', 'INT32', new Int32Array([7])), tensor('Z', 'INT8', new Int8Array(0)), tensor('S', 'BYTES', bytes(...s))]
   }
   const { body: out, headerLength } = encodeHttpInferResponse(response, { parameters: {}, outputs: [
     { name: 'A', parameters: { binary_data: true } }, { name: 'J' }, { name: 'Z', parameters: { binary_data: true } },
@@ -614,7 +613,7 @@ t.test('encodeRawHttpInferRequest: layout, byte for byte, and what the worker de
   const decoded = decodeHttpInferRequest(e.body, e.headerLength)
   t.same(Array.from(decoded.inputs[0]?.data as Float32Array), [1, 2, 3])
   t.same(decoded.inputs[0]?.parameters, { note: 'x' })
-  t.same((decoded.inputs[2]?.data as Uint8Array[]).map((b) => Buffer.from(b).toString()), ['hey'])
+  t.strictSame(stringsOf(decoded.inputs[2]?.data), ['hey'])
   t.same(decoded.outputs, [{ name: 'O', parameters: { binary_data: true } }], 'every listed output asked for in binary')
 
   const none = encodeRawHttpInferRequest({ parameters: {}, inputs: [{ name: 'X', datatype: 'NOT_A_TYPE', shape: [1], raw: new Uint8Array(1) }] })
@@ -713,9 +712,9 @@ t.test('decodeRawBinaryRequest', async t => {
   const text = Buffer.from('any bytes \u00ff')
   const s = decodeRawBinaryRequest(text, { name: 'TEXT', datatype: 'BYTES', dims: [1] }, true, 'm')
   t.same(s.inputs[0]?.shape, [1, 1])
-  t.same((s.inputs[0]?.data as Uint8Array[]).map((e) => Buffer.from(e).toString()), ['any bytes \u00ff'],
+  t.strictSame(stringsOf(s.inputs[0]?.data), ['any bytes \u00ff'],
     'BYTES: the body is the one element, without a length prefix')
-  t.equal((s.inputs[0]?.data as Uint8Array[])[0]?.buffer, text.buffer)
+  t.equal(elementsOf(s.inputs[0]?.data)[0]?.buffer, text.buffer, 'a view of the body')
   for (const dims of [[2], [-1], [1, 1]]) {
     fails(t, () => decodeRawBinaryRequest(text, { name: 'TEXT', datatype: 'BYTES', dims }, false, 'm'), 'PROTO_ERR_INVALID_REQUEST',
       "For BYTE datatype raw input 'TEXT', the model must have input shape [1]", `dims ${JSON.stringify(dims)}`)

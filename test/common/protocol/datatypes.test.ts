@@ -1,4 +1,5 @@
 import t from 'tap'
+import { BytesData } from '../../../common/protocol/bytes-data.ts'
 import {
   DATATYPES,
   DATATYPE_NAMES,
@@ -114,8 +115,8 @@ t.test('allocateTensorData', async t => {
     const data = allocateTensorData(name, 5)
     t.equal(data.length, 5, `${name} length`)
     if (name === 'BYTES') {
-      t.ok(Array.isArray(data), 'BYTES is an array of byte strings')
-      t.ok((data as Uint8Array[]).every(e => e instanceof Uint8Array && e.length === 0))
+      t.ok(data instanceof BytesData, 'BYTES is a BytesData')
+      t.strictSame((data as BytesData).toArray(), Array.from({ length: 5 }, () => new Uint8Array(0)), 'of empty byte strings')
     } else {
       t.equal(data.constructor, ctors[name], `${name} storage`)
     }
@@ -128,7 +129,7 @@ t.test('tensorByteSize', async t => {
   t.equal(tensorByteSize({ datatype: 'INT64', data: new BigInt64Array(2) }), 16)
   t.equal(tensorByteSize({ datatype: 'BOOL', data: new Uint8Array(5) }), 5)
   t.equal(tensorByteSize({ datatype: 'FP16', data: new Uint16Array(4) }), 8)
-  const bytes = [new Uint8Array([104, 105]), new Uint8Array(0), new Uint8Array(7)]
+  const bytes = BytesData.from([new Uint8Array([104, 105]), new Uint8Array(0), new Uint8Array(7)])
   t.equal(tensorByteSize({ datatype: 'BYTES', data: bytes }), 4 + 2 + 4 + 0 + 4 + 7, '4-byte length prefix per element')
 })
 

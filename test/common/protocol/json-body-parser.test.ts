@@ -1,6 +1,7 @@
 import t from 'tap'
+import { BytesDataBuilder, type BytesData } from '../../../common/protocol/bytes-data.ts'
 import {
-  JsonDataRange, MAX_PARSE_DEPTH, PARSE_FAILED, leafKind, nextLeaf, parseJsonBody, readBytesString, readDouble, readInteger,
+  JsonDataRange, MAX_PARSE_DEPTH, PARSE_FAILED, leafKind, nextLeaf, parseJsonBody, pushBytesString, readDouble, readInteger,
   readNarrowed, scanNumber, tokenEnd
 } from '../../../common/protocol/json-body-parser.ts'
 import { float32ToBf16Bits, float32ToFp16Bits } from '../../../common/protocol/datatypes.ts'
@@ -148,14 +149,70 @@ t.test('token helpers', async t => {
   t.equal(scanNumber(Buffer.from('-'), 0), -1)
   t.equal(scanNumber(Buffer.from('1.e5'), 0), -1)
 
-  const s = Buffer.from('"plain","é","\\n",')
-  const plain = readBytesString(s, 0)
-  t.equal(plain.buffer, s.buffer, 'ASCII without escapes: a view over the body')
-  t.equal(Buffer.from(plain).toString(), 'plain')
-  const utf8 = readBytesString(s, tokenEnd + 1)
-  t.equal(utf8.buffer, s.buffer, 'valid UTF-8: a view too')
-  t.equal(Buffer.from(utf8).toString(), 'é')
-  const escaped = readBytesString(s, tokenEnd + 1)
-  t.not(escaped.buffer, s.buffer, 'escapes: decoded into a new array')
-  t.same(Array.from(escaped), [0x0a])
+  // Four string tokens: ASCII, valid UTF-8, an escape, and invalid UTF-8 (0xff between 'a' and 'b').
+  const s = Buffer.concat([Buffer.from('"plain","é","\\n","a'), Buffer.from([0xff]), Buffer.from('b",')])
+  const starts = [0, 8, 13, 18]
+  // Each token into a builder of its own: a builder keeps views only while every element it holds is one.
+  const one = (p: number): { data: BytesData, length: number, end: number } => {
+    const builder = new BytesDataBuilder(1)
+    const length = pushBytesString(s, p, builder)
+    return { data: builder.finish(), length, end: tokenEnd }
+  }
+  const plain = one(starts[0]!)
+  t.equal(plain.data.get(0).buffer, s.buffer, 'ASCII without escapes: a view over the body')
+  t.equal(plain.data.get(0).byteOffset, s.byteOffset + 1, 'of the token\'s contents')
+  t.equal(Buffer.from(plain.data.get(0)).toString(), 'plain')
+  t.equal(plain.length, 5, 'returns the element\'s length')
+  t.equal(plain.end, 7, 'tokenEnd is just past the closing quote')
+  const utf8 = one(starts[1]!)
+  t.equal(utf8.data.get(0).buffer, s.buffer, 'valid UTF-8: a view too')
+  t.equal(Buffer.from(utf8.data.get(0)).toString(), 'é')
+  t.equal(utf8.length, 2, 'the length in bytes')
+  t.equal(utf8.end, 12)
+  const escaped = one(starts[2]!)
+  t.not(escaped.data.get(0).buffer, s.buffer, 'escapes: decoded into the builder\'s own buffer')
+  t.same(Array.from(escaped.data.get(0)), [0x0a])
+  t.equal(escaped.length, 1)
+  t.equal(escaped.end, 17)
+  const invalid = one(starts[3]!)
+  t.not(invalid.data.get(0).buffer, s.buffer, 'invalid UTF-8: encoded into the builder\'s own buffer')
+  t.same(Array.from(invalid.data.get(0)), Array.from(new TextEncoder().encode('a\ufffdb')),
+    'as TextEncoder encodes the string JSON.parse makes: U+FFFD for the invalid byte')
+  t.equal(invalid.length, 5)
+  t.equal(invalid.end, 23)
+
+  // All four into one builder, as a tensor's strings go: the views before the first copy are copied in with it.
+  const builder = new BytesDataBuilder(starts.length)
+  t.same(starts.map(p => pushBytesString(s, p, builder)), [5, 2, 1, 5], 'each element\'s length')
+  const all = builder.finish()
+  t.same(all.toArray().map(e => Array.from(e)), [plain, utf8, escaped, invalid].map(r => Array.from(r.data.get(0))),
+    'the same elements')
+  t.ok(all.toArray().every(e => e.buffer !== s.buffer), 'none left a view of the body')
+})
+
+t.test('escaped strings are unescaped into the tensor as TextEncoder encodes what JSON.parse makes of them', async t => {
+  // Escapes of every kind, written both as JSON.stringify writes them and as \uXXXX throughout: surrogate pairs,
+  // lone surrogates (U+FFFD), a high surrogate before an escape that is not a low one, raw multi-byte UTF-8 beside them.
+  const pieces = ['a', 'é', '😀', '\n', '"', '\\', '/', '\b', '\f', '\r', '\t', '\u0001', '\ud800', '\udc00', '\u00ff', '\u2028']
+  const random = seededRandom(7)
+  const encoder = new TextEncoder()
+  let wrong = 0
+  for (let n = 0; n < 3000; n++) {
+    let text = ''
+    for (let i = Math.floor(random() * 8); i > 0; i--) text += pieces[Math.floor(random() * pieces.length)]
+    const token = random() < 0.5
+      ? JSON.stringify(text)
+      : `"${[...text].map(ch => [...Array(ch.length).keys()].map(k => `\\u${ch.charCodeAt(k).toString(16).padStart(4, '0')}`).join('')).join('')}"`
+    const body = Buffer.from(` ${token},`)
+    const builder = new BytesDataBuilder(1)
+    const length = pushBytesString(body, 1, builder)
+    const got = builder.finish().get(0)
+    const want = encoder.encode(JSON.parse(token) as string)
+    if (length !== want.length || !Buffer.from(got).equals(want) || tokenEnd !== body.length - 1) {
+      // ASCII only in the message: a raw U+2028 in it would break the TAP stream and lose the failure.
+      const shown = token.replace(/[^\x20-\x7e]/g, (c) => `<U+${c.charCodeAt(0).toString(16)}>`)
+      if (wrong++ < 3) t.fail(`${shown}: got ${Buffer.from(got).toString('hex')}, want ${Buffer.from(want).toString('hex')}`)
+    }
+  }
+  t.equal(wrong, 0, '3000 strings')
 })

@@ -1,5 +1,6 @@
 import t from 'tap'
 import { type ErrorCode, isFlotillaError } from '../../../common/errors.ts'
+import { BytesData } from '../../../common/protocol/bytes-data.ts'
 import {
   DEFAULT_MAX_INPUT_BYTES,
   decodeInferRequest,
@@ -9,6 +10,7 @@ import {
   requestIdPrefix
 } from '../../../common/protocol/json-codec.ts'
 import { type InferRequest, type InferResponse, type Tensor } from '../../../common/protocol/types.ts'
+import { bytes as bytesData, elementsOf, stringsOf } from '../../helpers/bytes-data.ts'
 import { type Asserts, throwsCoded } from '../../helpers/coded-error.ts'
 
 /** Asserts that `fn` throws a coded error with exactly this code and message. */
@@ -110,11 +112,11 @@ t.test('every datatype decodes to its storage and encodes back', async t => {
   }
 
   const bytes = decodeOne({ datatype: 'BYTES', shape: [4], data: ['hello', '', '日本', 'a"b\\c\n'] })
-  t.ok(Array.isArray(bytes.data), 'BYTES is an array of byte strings')
-  t.same((bytes.data as Uint8Array[]).map(b => Array.from(b)), [
+  t.ok(bytes.data instanceof BytesData, 'BYTES is a BytesData of byte strings')
+  t.same(elementsOf(bytes.data).map(b => Array.from(b)), [
     Array.from(utf8('hello')), [], Array.from(utf8('日本')), Array.from(utf8('a"b\\c\n'))
   ], 'BYTES elements are UTF-8 bytes')
-  t.ok((bytes.data as Uint8Array[]).every(b => b instanceof Uint8Array))
+  t.ok(elementsOf(bytes.data).every(b => b instanceof Uint8Array))
   t.equal(encodedData(bytes), '"hello","","日本","a\\"b\\\\c\\n"', 'BYTES encoded as escaped JSON strings')
 })
 
@@ -126,7 +128,7 @@ t.test('flat and nested data are equivalent; the nesting structure is not checke
   t.same(nested.data, flat.data)
   t.same(odd.data, flat.data, 'any nesting that flattens to the right count is accepted, as in Triton')
   const bytes = decodeOne({ datatype: 'BYTES', shape: [2, 1], data: [['a'], ['b']] })
-  t.same((bytes.data as Uint8Array[]).map(b => Array.from(b)), [[97], [98]])
+  t.same(elementsOf(bytes.data).map(b => Array.from(b)), [[97], [98]])
   t.equal(encodedData(nested), '1,2,3,4,5,6', 'output data is always flattened')
 })
 
@@ -344,7 +346,7 @@ t.test('data read from the body: nesting, whitespace, escapes and duplicates as 
     '{"name":"D","datatype":"FP64","shape":[1],"data":[1],"data":"x","data":[2.5]}] } '
   const request = decodeInferRequest(text)
   t.same(Array.from(request.inputs[0]?.data as Int16Array), [1, -2, 3, 4, 5, 6], 'nested and empty arrays, any spacing')
-  t.same((request.inputs[1]?.data as Uint8Array[]).map(e => Buffer.from(e).toString('utf8')), ['pläin', '"q"\n', '日本', '😀'],
+  t.same(stringsOf(request.inputs[1]?.data), ['pläin', '"q"\n', '日本', '😀'],
     'escapes and UTF-8 in BYTES')
   t.same(Array.from(request.inputs[2]?.data as Float32Array), [1.5, -2.5], 'a key written with escapes is the same key')
   t.same(Array.from(request.inputs[3]?.data as Float64Array), [2.5], 'the last of duplicate keys wins, as in JSON.parse')
@@ -352,8 +354,8 @@ t.test('data read from the body: nesting, whitespace, escapes and duplicates as 
   // Invalid UTF-8 in a BYTES string becomes U+FFFD, as Buffer#toString made it before.
   const bad = Buffer.concat([Buffer.from('{"inputs":[{"name":"S","datatype":"BYTES","shape":[1],"data":["a'),
     Buffer.from([0xff, 0xc3]), Buffer.from('b"]}]}')])
-  t.same(Array.from((decodeInferRequest(bad).inputs[0]?.data as Uint8Array[])[0] as Uint8Array),
-    Array.from(Buffer.from('a\ufffd\ufffdb')), 'invalid UTF-8 is replaced')
+  t.same(elementsOf(decodeInferRequest(bad).inputs[0]?.data).map(e => Array.from(e)),
+    [Array.from(Buffer.from('a\ufffd\ufffdb'))], 'invalid UTF-8 is replaced')
 
   // Objects in `data` are checked as JSON, then refused as elements.
   fails(t, () => decodeInferRequest(rawDataBody('FP32', '1,{"a":[1,{}]}', '[2]')), 'PROTO_ERR_DATA_MISMATCH',
@@ -532,7 +534,8 @@ t.test('binary_data_size 0 in a JSON-only body: an empty tensor, as in Triton', 
     'binary_data_size is framing: it is taken out of the parameters')
   t.ok(empty.data instanceof Float32Array)
   const bytes = decodeOne({ datatype: 'BYTES', shape: [0], parameters: { binary_data_size: 0 } })
-  t.same(bytes.data, [])
+  t.ok(bytes.data instanceof BytesData)
+  t.strictSame(elementsOf(bytes.data), [])
   t.notOk('parameters' in bytes, 'no parameters left, none kept')
   fails(t, () => decodeOne({ datatype: 'FP32', shape: [2], parameters: { binary_data_size: 0 } }), 'PROTO_ERR_DATA_MISMATCH',
     "[request id: <id_unknown>] input byte size mismatch for input 'INPUT0'. Expected 8, got 0 " +
@@ -652,7 +655,7 @@ t.test('input byte-size limit', async t => {
 
 t.test('Buffer bodies are read as UTF-8', async t => {
   const request = decodeInferRequest(Buffer.from(oneInput({ datatype: 'BYTES', shape: [1], data: ['héllo'] })))
-  t.same(Array.from((request.inputs[0]?.data as Uint8Array[])[0] as Uint8Array), Array.from(utf8('héllo')))
+  t.same(elementsOf(request.inputs[0]?.data).map(e => Array.from(e)), [Array.from(utf8('héllo'))])
 })
 
 t.test('encodeInferResponse: layout and key order', async t => {
@@ -679,7 +682,7 @@ t.test('encodeInferResponse: names and strings are escaped', async t => {
     model_name: nasty,
     model_version: '1',
     parameters: { [nasty]: nasty },
-    outputs: [{ name: nasty, datatype: 'BYTES', shape: [1], data: [utf8(nasty)] }]
+    outputs: [{ name: nasty, datatype: 'BYTES', shape: [1], data: bytesData(nasty) }]
   })
   const parsed = JSON.parse(text)
   t.equal(parsed.id, nasty)
@@ -743,7 +746,7 @@ t.test('encodeInferRequest → decodeInferRequest round trip, every datatype', a
       { name: 'B16', datatype: 'BF16', shape: [3], data: new Uint16Array([0x3dcd, 0x8000, 0xff80]) },
       { name: 'F32', datatype: 'FP32', shape: [4], data: new Float32Array([0.1, -0, Infinity, 1e-45]) },
       { name: 'F64', datatype: 'FP64', shape: [3], data: new Float64Array([0.1, -Infinity, 5e-324]) },
-      { name: 'STR', datatype: 'BYTES', shape: [3], data: [utf8('a'), utf8(''), utf8('日本"\n')], parameters: { p: 1 } }
+      { name: 'STR', datatype: 'BYTES', shape: [3], data: bytesData('a', '', '日本"\n'), parameters: { p: 1 } }
     ],
     outputs: [{ name: 'OUT', parameters: { binary_data: false } }, { name: 'OUT2' }]
   }
@@ -756,6 +759,8 @@ t.test('encodeInferRequest → decodeInferRequest round trip, every datatype', a
     if (a.datatype !== 'BYTES') {
       const same = Array.from(a.data as ArrayLike<number | bigint>).every((v, j) => Object.is(v, (b.data as ArrayLike<number | bigint>)[j]))
       t.ok(same, `${a.name} bit-exact (including -0)`)
+    } else {
+      t.same(elementsOf(b.data).map(e => Array.from(e)), elementsOf(a.data).map(e => Array.from(e)), `${a.name} byte for byte`)
     }
   }
   t.equal(encodeInferRequest({ parameters: {}, inputs: [] }), '{"inputs":[]}', 'empty parts are left out')
@@ -772,7 +777,7 @@ t.test('encodeInferResponse → decodeInferResponse round trip', async t => {
     outputs: [
       { name: 'F', datatype: 'FP32', shape: [3], data: new Float32Array([NaN, -Infinity, 0.5]) },
       { name: 'I', datatype: 'INT64', shape: [1, 1], data: new BigInt64Array([-3n]) },
-      { name: 'S', datatype: 'BYTES', shape: [1], data: [utf8('ok')], parameters: { classification: 1 } }
+      { name: 'S', datatype: 'BYTES', shape: [1], data: bytesData('ok'), parameters: { classification: 1 } }
     ]
   }
   const decoded = decodeInferResponse(encodeInferResponse(resp))
@@ -783,6 +788,7 @@ t.test('encodeInferResponse → decodeInferResponse round trip', async t => {
   const f = decoded.outputs[0]?.data as Float32Array
   t.ok(f instanceof Float32Array && Number.isNaN(f[0]) && f[1] === -Infinity && f[2] === 0.5)
   t.same(decoded.outputs.slice(1), resp.outputs.slice(1))
+  t.strictSame(stringsOf(decoded.outputs[2]?.data), ['ok'], 'BYTES contents')
   fails(t, () => decodeInferResponse(
     '{"model_name":"m","model_version":"1","outputs":[{"name":"O","datatype":"INT32","shape":[2],"data":[1]}]}'
   ), 'PROTO_ERR_DATA_MISMATCH',

@@ -1,8 +1,10 @@
 import t from 'tap'
 import { type ErrorCode } from '../../../common/errors.ts'
+import { BytesData } from '../../../common/protocol/bytes-data.ts'
 import { JsonDataRange, parseJsonBody } from '../../../common/protocol/json-body-parser.ts'
 import { decodeTensorData, describeValue } from '../../../common/protocol/json-tensor-data.ts'
 import { type DataType, type TensorData } from '../../../common/protocol/types.ts'
+import { elementsOf, stringsOf } from '../../helpers/bytes-data.ts'
 import { type Asserts, throwsCoded } from '../../helpers/coded-error.ts'
 
 function fails (t: Asserts, fn: () => unknown, code: ErrorCode, message: string, what?: string): void {
@@ -18,7 +20,7 @@ function range (data: string): JsonDataRange {
 const decode = (datatype: DataType, data: unknown, count: number, maxBytes = Infinity): TensorData =>
   decodeTensorData('X', 'input', datatype, [count], data, maxBytes)
 
-const values = (data: TensorData): unknown[] => Array.isArray(data) ? data.map(e => Buffer.from(e).toString()) : Array.from(data as ArrayLike<unknown>)
+const values = (data: TensorData): unknown[] => data instanceof BytesData ? stringsOf(data) : Array.from(data as ArrayLike<unknown>)
 
 t.test('arrays JSON.parse built (bodies nested beyond the byte parser) follow the same rules as ranges', async t => {
   const cases: Array<[DataType, unknown[]]> = [
@@ -51,6 +53,7 @@ t.test('arrays JSON.parse built (bodies nested beyond the byte parser) follow th
     fails(t, () => decode(datatype, [[value]], 1), 'PROTO_ERR_DATA_MISMATCH',
       `Unable to parse 'data' for input 'X': ${datatype} element at index 0 must be ${message}`, `${datatype} ${String(value)}`)
   }
+  t.strictSame(values(decode('BYTES', ['a', 'é'], 2)), ['a', 'é'], 'BYTES as UTF-8')
   t.ok(Number.isNaN((decode('FP32', [NaN], 1) as Float32Array)[0]), 'NaN for floats')
   t.same(values(decode('FP64', [Infinity], 1)), [Infinity], 'Infinity for floats (JSON.parse cannot tell 1e400 from it)')
   fails(t, () => decode('BYTES', ['abc', 'de'], 2, 12), 'PROTO_ERR_INVALID_REQUEST',
@@ -59,6 +62,20 @@ t.test('arrays JSON.parse built (bodies nested beyond the byte parser) follow th
   fails(t, () => decode('BYTES', range('["abc","de"]'), 2, 12), 'PROTO_ERR_INVALID_REQUEST',
     "JSON input 'X' has a byte_size (13 bytes) that exceeds the maximum allowed value of 12 bytes. Use the worker flag " +
     '--max-body-bytes to increase the limit.', 'the same from a range')
+})
+
+t.test('BYTES from a range: views of the body while no string needs decoding', async t => {
+  const plain = range('["ab","","日本"]')
+  const views = decode('BYTES', plain, 3)
+  t.strictSame(stringsOf(views), ['ab', '', '日本'])
+  t.ok(elementsOf(views).every(e => e.buffer === plain.bytes.buffer), 'every element a view of the body, none copied')
+  t.equal(elementsOf(views)[0]!.byteOffset, plain.bytes.byteOffset + plain.start + 2, 'the first at its token\'s contents')
+
+  // One string with an escape: it is decoded, and the elements before it move with it into a buffer of their own.
+  const escaped = range('["ab","c\\n","d"]')
+  const copied = decode('BYTES', escaped, 3)
+  t.strictSame(stringsOf(copied), ['ab', 'c\n', 'd'])
+  t.ok(elementsOf(copied).every(e => e.buffer !== escaped.bytes.buffer), 'none a view of the body')
 })
 
 t.test('describeValue', async t => {

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto'
 import t from 'tap'
 import { decodeHttpInferRequest, decodeRawBinaryRequest, encodeHttpInferRequest } from '../../../common/protocol/binary-codec.ts'
+import { BytesData } from '../../../common/protocol/bytes-data.ts'
 import { decodeModelInferRequest, encodeModelInferRequest } from '../../../common/protocol/grpc/grpc-codec.ts'
 import { decodeInferRequest, encodeInferRequest } from '../../../common/protocol/json-codec.ts'
 import { requestKey } from '../../../common/protocol/request-key.ts'
@@ -13,7 +14,7 @@ function base (): InferRequest {
     id: 'r1',
     parameters: { custom: 'x' },
     inputs: [
-      { name: 'B', datatype: 'BYTES', shape: [2], data: [Buffer.from('héllo'), new Uint8Array(0)] },
+      { name: 'B', datatype: 'BYTES', shape: [2], data: BytesData.from(['héllo', new Uint8Array(0)]) },
       { name: 'A', datatype: 'FP32', shape: [2, 2], data: fp32([1, 2, 3, 4]) },
       { name: 'C', datatype: 'INT64', shape: [2], data: new BigInt64Array([-1n, 2n ** 40n]) }
     ],
@@ -55,8 +56,13 @@ t.test('the same tensors in other array types, offsets and orders give the same 
   t.equal(keyOf(unsigned), want, 'INT64 bits as a BigUint64Array')
 
   const strings = base()
-  strings.inputs[0]!.data = [new Uint8Array(Buffer.from('héllo')), Buffer.alloc(0)]
-  t.equal(keyOf(strings), want, 'BYTES elements as Buffer or Uint8Array')
+  strings.inputs[0]!.data = BytesData.from([Buffer.from('héllo'), Buffer.alloc(0)])
+  t.equal(keyOf(strings), want, 'BYTES elements from Buffers rather than text')
+
+  // Only the elements count, not where they lie: here two elements in the middle of another tensor's memory.
+  const stringsView = base()
+  stringsView.inputs[0]!.data = BytesData.from(['x', 'héllo', '', 'yz']).subarray(1, 3)
+  t.equal(keyOf(stringsView), want, 'BYTES elements viewed from a larger BytesData')
 
   const noId = base()
   delete noId.id
@@ -80,7 +86,7 @@ t.test('one request decoded from JSON, binary HTTP, a raw body and gRPC (raw and
     parameters: {},
     inputs: [
       { name: 'IN_FP32', datatype: 'FP32', shape: [3], data: fp32([0.5, -0, 1e30]) },
-      { name: 'IN_BYTES', datatype: 'BYTES', shape: [2], data: [Buffer.from('a'), Buffer.from('bcd')] },
+      { name: 'IN_BYTES', datatype: 'BYTES', shape: [2], data: BytesData.from(['a', 'bcd']) },
       { name: 'IN_INT8', datatype: 'INT8', shape: [1, 3], data: new Int8Array([-1, 0, 1]) },
       { name: 'IN_BOOL', datatype: 'BOOL', shape: [2], data: new Uint8Array([1, 0]) }
     ]
@@ -111,8 +117,8 @@ t.test('any difference that can change the answer changes the key', async t => {
     datatype: r => { r.inputs[2]!.datatype = 'UINT64' },
     shape: r => { r.inputs[1]!.shape = [4] },
     'one byte of a number': r => { (r.inputs[1]!.data as Float32Array)[3] = 4.000001 },
-    'one byte of a string': r => { r.inputs[0]!.data = [Buffer.from('hèllo'), new Uint8Array(0)] },
-    'string boundaries': r => { r.inputs[0]!.data = [Buffer.from('hél'), Buffer.from('lo')] },
+    'one byte of a string': r => { r.inputs[0]!.data = BytesData.from(['hèllo', new Uint8Array(0)]) },
+    'string boundaries': r => { r.inputs[0]!.data = BytesData.from(['hél', 'lo']) },
     'an extra input': r => { r.inputs.push({ name: 'D', datatype: 'UINT8', shape: [0], data: new Uint8Array(0) }) },
     'an input parameter': r => { r.inputs[1]!.parameters = { shared_memory_region: 'x' } },
     'output name': r => { r.outputs = [{ name: 'OUT2', parameters: { classification: 2 } }] },
@@ -164,11 +170,11 @@ t.test('large tensors and long strings take the direct path, with the same resul
   const copy: Tensor = { ...big, data: values.slice() }
   t.equal(keyOf({ parameters: {}, inputs: [big] }), keyOf({ parameters: {}, inputs: [copy] }))
   const longString = 'é'.repeat(20_000)
-  const withLong = (s: string): InferRequest => ({ parameters: { s }, inputs: [{ name: 'S', datatype: 'BYTES', shape: [3], data: [Buffer.from(s), Buffer.alloc(9000, 1), Buffer.from('x')] }] })
+  const withLong = (s: string): InferRequest => ({ parameters: { s }, inputs: [{ name: 'S', datatype: 'BYTES', shape: [3], data: BytesData.from([s, Buffer.alloc(9000, 1), 'x']) }] })
   t.equal(keyOf(withLong(longString)), keyOf(withLong(longString)))
   t.not(keyOf(withLong(longString)), keyOf(withLong(longString + 'x')))
-  const many: InferRequest = { parameters: {}, inputs: [{ name: 'S', datatype: 'BYTES', shape: [5000], data: Array.from({ length: 5000 }, (_, i) => Buffer.from(String(i))) }] }
-  const many2: InferRequest = { parameters: {}, inputs: [{ name: 'S', datatype: 'BYTES', shape: [5000], data: Array.from({ length: 5000 }, (_, i) => Buffer.from(String(i === 4999 ? 5000 : i))) }] }
+  const many: InferRequest = { parameters: {}, inputs: [{ name: 'S', datatype: 'BYTES', shape: [5000], data: BytesData.from(Array.from({ length: 5000 }, (_, i) => String(i))) }] }
+  const many2: InferRequest = { parameters: {}, inputs: [{ name: 'S', datatype: 'BYTES', shape: [5000], data: BytesData.from(Array.from({ length: 5000 }, (_, i) => String(i === 4999 ? 5000 : i))) }] }
   t.not(keyOf(many), keyOf(many2), 'the last of many short strings counts')
 })
 
@@ -193,7 +199,8 @@ t.test('the digest is of the documented layout, whichever path each field takes 
     parameters: { priority: 2, z: true, a: 'ü'.repeat(10_000), n: -1.5 },
     inputs: [
       { name: 'T', datatype: 'UINT8', shape: [20_000], data: new Uint8Array(20_000).map((_, i) => i % 251), parameters: { binary_data_size: 20_000, q: 1 } },
-      { name: 'S', datatype: 'BYTES', shape: [3000], data: Array.from({ length: 3000 }, (_, i) => Buffer.alloc(i % 100, i % 7)) },
+      // Short elements packed a scratch-full at a time, and one longer than the scratch (16 KiB), hashed directly.
+      { name: 'S', datatype: 'BYTES', shape: [3000], data: BytesData.from(Array.from({ length: 3000 }, (_, i) => Buffer.alloc(i === 1000 ? 20_000 : i % 100, i % 7))) },
       { name: 'F', datatype: 'FP64', shape: [2], data: new Float64Array([Math.E, -0]) }
     ],
     outputs: [{ name: 'O', parameters: { binary_data: false } }]
@@ -208,7 +215,7 @@ t.test('the digest is of the documented layout, whichever path each field takes 
     u32(input.shape.length)
     for (const d of input.shape) f64(d)
     params(input.parameters, ['binary_data_size'])
-    if (Array.isArray(input.data)) {
+    if (input.data instanceof BytesData) {
       u8(1)
       u32(input.data.length)
       for (const e of input.data) { u32(e.length); parts.push(Buffer.from(e)) }

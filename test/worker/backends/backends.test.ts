@@ -1,5 +1,6 @@
 import t from 'tap'
 import { silentLogger } from '../../../common/logger.ts'
+import { BytesData } from '../../../common/protocol/bytes-data.ts'
 import { type Tensor } from '../../../common/protocol/types.ts'
 import { identityBackend, identityPairs } from '../../../worker/backends/identity-backend.ts'
 import { convertJsResponse } from '../../../worker/backends/js-backend.ts'
@@ -7,6 +8,7 @@ import { backendNames, getBackend } from '../../../worker/backends/registry.ts'
 import { latencyModel, simulatedBackend, simulatedLatencyMs } from '../../../worker/backends/simulated-backend.ts'
 import { type BackendRequest } from '../../../worker/backends/types.ts'
 import { parseModelConfig } from '../../../worker/repository/model-config.ts'
+import { stringsOf } from '../../helpers/bytes-data.ts'
 
 const config = (body: string, name = 'm') => parseModelConfig(`name: "${name}"\n${body}`, { file: 'config.pbtxt', modelName: name })
 const io = (type = 'TYPE_FP32', outType = type): string =>
@@ -80,4 +82,50 @@ t.test('js responses are checked against the config', async t => {
     const r = convertJsResponse(cfg, raw)
     t.ok('error' in r && message.test(r.error.message), `${JSON.stringify(raw)} → ${message}`)
   }
+})
+
+t.test('js BYTES: a module sees an array of Uint8Array and may return strings, byte arrays or a BytesData', async t => {
+  const cfg = config('backend: "js"\n' +
+    'input { name: "X" data_type: TYPE_STRING dims: [ -1 ] }\n' +
+    'output { name: "Y" data_type: TYPE_STRING dims: [ -1 ] }\noutput { name: "Z" data_type: TYPE_STRING dims: [ 3 ] }')
+  // Y: the input's texts upper-cased; Z: what the module saw, and one of the input's elements returned as it came.
+  const dir = t.testdir({
+    'model.js': 'const text = new TextDecoder()\n' +
+      'export function execute (rs) {\n' +
+      '  return rs.map(r => {\n' +
+      '    const x = r.inputs.X.data\n' +
+      '    return { outputs: [\n' +
+      '      { name: "Y", shape: [x.length], data: x.map(e => text.decode(e).toUpperCase()) },\n' +
+      '      { name: "Z", shape: [3], data: [Array.isArray(x) ? "array" : typeof x,\n' +
+      '        x.every(e => e.constructor === Uint8Array) ? "Uint8Array" : "other", x[1]] }\n' +
+      '    ] }\n' +
+      '  })\n' +
+      '}\n'
+  })
+  const model = await getBackend('js', 'm').loadModel({ ...ctx(cfg), modelDir: dir, versionDir: dir })
+  const instance = await model.createInstance({ name: 'm_0', kind: 'KIND_CPU', deviceId: -1 })
+  const input: Tensor = { name: 'X', datatype: 'BYTES', shape: [2], data: BytesData.from(['héllo', 'wörld']) }
+  const [res] = await instance.execute([{ inputs: new Map([['X', input]]), requestedOutputs: ['Y', 'Z'], parameters: {}, batchSize: 0 }])
+  t.ok(res !== undefined && 'outputs' in res, 'the module answered')
+  const outputs = res !== undefined && 'outputs' in res ? res.outputs : []
+  t.strictSame(outputs.map(o => [o.name, o.datatype, o.shape]), [['Y', 'BYTES', [2]], ['Z', 'BYTES', [3]]])
+  t.ok(outputs.every(o => o.data instanceof BytesData), 'outputs are stored as BytesData')
+  t.strictSame(stringsOf(outputs[0]?.data), ['HÉLLO', 'WÖRLD'], 'strings are stored as UTF-8')
+  t.strictSame(stringsOf(outputs[1]?.data), ['array', 'Uint8Array', 'wörld'], 'the module saw plain Uint8Arrays in an array')
+
+  const out = config('backend: "js"\n' + io('TYPE_STRING'))
+  const packed = BytesData.from(['a', 'b'])
+  const given = convertJsResponse(out, { outputs: [{ name: 'OUT', shape: [2], data: packed }] })
+  t.ok('outputs' in given && given.outputs[0]!.data === packed, 'a BytesData is taken as it is')
+  const cases: Array<[unknown, RegExp]> = [
+    [{ outputs: [{ name: 'OUT', shape: [2], data: BytesData.from(['a']) }] }, /output 'OUT' has 1 elements, but its shape holds 2/],
+    [{ outputs: [{ name: 'OUT', shape: [2], data: ['a', 5] }] }, /output 'OUT' element 1 \(5\) is not a valid BYTES value/],
+    [{ outputs: [{ name: 'OUT', shape: [2], data: 'ab' }] }, /data must be an array or a typed array/]
+  ]
+  for (const [raw, message] of cases) {
+    const r = convertJsResponse(out, raw)
+    t.ok('error' in r && message.test(r.error.message), `${JSON.stringify(raw)} → ${message}`)
+  }
+  const numbers = convertJsResponse(config('backend: "js"\n' + io()), { outputs: [{ name: 'OUT', shape: [2], data: packed }] })
+  t.ok('error' in numbers && /data must be an array or a typed array/.test(numbers.error.message), 'a BytesData for an FP32 output is refused')
 })

@@ -3,6 +3,7 @@
  * reading: which requests reach the scheduler, what each answer is, and the exact statistics Triton would keep.
  */
 import t from 'tap'
+import { BytesData } from '../../../common/protocol/bytes-data.ts'
 import { type InferRequest, type Tensor } from '../../../common/protocol/types.ts'
 import { type BackendRequest, type BackendResponse } from '../../../worker/backends/types.ts'
 import { ResponseCache } from '../../../worker/cache/response-cache.ts'
@@ -11,6 +12,7 @@ import { ModelStatistics } from '../../../worker/inference/statistics.ts'
 import { parseModelConfig } from '../../../worker/repository/model-config.ts'
 import { type LoadedVersion, type ModelRepository } from '../../../worker/repository/model-repository.ts'
 import { type Scheduler, type SchedulerObserver } from '../../../worker/scheduler/types.ts'
+import { stringsOf } from '../../helpers/bytes-data.ts'
 import { tensorsPbtxt } from '../../helpers/model-repo.ts'
 
 const STEP = 1000n
@@ -90,7 +92,7 @@ function request (id?: string, fill = 1): InferRequest {
     parameters: {},
     inputs: [
       { name: 'IN0', datatype: 'FP32', shape: [4], data: new Float32Array(4).fill(fill) },
-      { name: 'IN1', datatype: 'BYTES', shape: [1], data: [Buffer.from('text')] }
+      { name: 'IN1', datatype: 'BYTES', shape: [1], data: BytesData.from(['text']) }
     ]
   }
   if (id !== undefined) r.id = id
@@ -108,7 +110,7 @@ t.test('a miss runs and is stored; the same request again is a hit that never re
   t.notOk('id' in third, 'and none when the request has none')
   t.strictSame(second.outputs.map(o => o.name), ['OUT0', 'OUT1'])
   t.strictSame(Array.from(second.outputs[0]!.data as Float32Array), [1, 1, 1, 1])
-  t.strictSame((second.outputs[1]!.data as Uint8Array[]).map(b => Buffer.from(b).toString()), ['text'])
+  t.strictSame(stringsOf(second.outputs[1]!.data), ['text'])
   t.equal(second.model_name, 'm')
   t.equal(second.model_version, '1')
   t.strictSame(second.parameters, { served_by: 'scripted' })

@@ -1,4 +1,5 @@
 import t from 'tap'
+import { BytesData } from '../../../common/protocol/bytes-data.ts'
 import { type DataType, type InferRequest, type Tensor } from '../../../common/protocol/types.ts'
 import { type ConfigDataType, type ModelConfig, type ModelInput } from '../../../worker/repository/types.ts'
 import { validateInferRequest } from '../../../worker/inference/validate-request.ts'
@@ -137,7 +138,7 @@ t.test('datatype mismatch', async t => {
     "[request id: 42] inference input 'X' data-type is 'FP64', but model 'm' expects 'FP32'")
 
   const str = model('s', 0, [input('TEXT', 'TYPE_STRING', [1])])
-  t.equal(validateInferRequest(str, request([{ name: 'TEXT', datatype: 'BYTES', shape: [1], data: [new Uint8Array(1)] }]),
+  t.equal(validateInferRequest(str, request([{ name: 'TEXT', datatype: 'BYTES', shape: [1], data: BytesData.from([new Uint8Array(1)]) }]),
     's'), 0, 'TYPE_STRING accepts BYTES')
   fails(t, () => validateInferRequest(str, request([tensor('TEXT', 'INT32', [1])]), 's'),
     "[request id: <id_unknown>] inference input 'TEXT' data-type is 'INT32', but model 's' expects 'BYTES'",

@@ -1,9 +1,11 @@
 import t from 'tap'
+import { BytesData } from '../../../common/protocol/bytes-data.ts'
 import { type Tensor } from '../../../common/protocol/types.ts'
 import { type BackendInstance, type BackendRequest, type BackendResponse } from '../../../worker/backends/types.ts'
 import { buildWarmupSamples, warmUp, type WarmupOptions, type WarmupSample } from '../../../worker/instances/warmup.ts'
 import { parseModelConfig } from '../../../worker/repository/model-config.ts'
 import { type ModelConfig } from '../../../worker/repository/types.ts'
+import { elementsOf } from '../../helpers/bytes-data.ts'
 
 /** A model `m` with one input INPUT0 of `type` and dims [2], plus `warmup` (the model_warmup entries). */
 function config (warmup: string, { type = 'TYPE_FP32', maxBatchSize = 4, dims = '[ 2 ]', extraInput = '' } = {}): ModelConfig {
@@ -50,7 +52,8 @@ t.test('zero_data: batch_size batch-1 requests of zeros, for every output', asyn
   t.strictSame(input0(plain).data, new Int32Array(2))
 
   const [bytes] = await buildWarmupSamples(config(sample('z', 'data_type: TYPE_STRING dims: [ 2 ] zero_data: true'), { type: 'TYPE_STRING' }), options())
-  t.strictSame(input0(bytes).data, [new Uint8Array(0), new Uint8Array(0)], 'BYTES zeros are empty strings')
+  t.ok(input0(bytes).data instanceof BytesData)
+  t.strictSame(elementsOf(input0(bytes).data), [new Uint8Array(0), new Uint8Array(0)], 'BYTES zeros are empty strings')
 })
 
 t.test('random_data comes from the injected random', async t => {
@@ -70,7 +73,8 @@ t.test('random_data comes from the injected random', async t => {
 
   const [str] = await buildWarmupSamples(config(sample('r', 'data_type: TYPE_STRING dims: [ 2 ] random_data: true'), { type: 'TYPE_STRING' }),
     options('/x', () => 0.5))
-  t.strictSame(input0(str).data, [new Uint8Array(0), new Uint8Array(0)], 'BYTES falls back to zeros')
+  t.ok(input0(str).data instanceof BytesData)
+  t.strictSame(elementsOf(input0(str).data), [new Uint8Array(0), new Uint8Array(0)], 'BYTES falls back to zeros')
 })
 
 t.test('count 0 runs once; batch_size 0 skips the sample', async t => {
@@ -94,7 +98,8 @@ t.test('input_data_file is read from <model>/warmup/', async t => {
 
   const [str] = await buildWarmupSamples(
     config(sample('f', 'data_type: TYPE_STRING dims: [ 2 ] input_data_file: "strings.bin"'), { type: 'TYPE_STRING' }), options(dir))
-  t.strictSame(input0(str).data, [new Uint8Array(Buffer.from('hi')), new Uint8Array(0)], 'BYTES: length-prefixed elements')
+  t.ok(input0(str).data instanceof BytesData)
+  t.strictSame(elementsOf(input0(str).data), [new Uint8Array(Buffer.from('hi')), new Uint8Array(0)], 'BYTES: length-prefixed elements')
 
   await t.rejects(buildWarmupSamples(int32('short.bin'), options(dir)), {
     code: 'WRK_ERR_MODEL_LOAD',

@@ -3,6 +3,7 @@
  * out. The DynamicBatcher tests cover the same rules as timed sequences.
  */
 import t from 'tap'
+import { BytesData } from '../../../common/protocol/bytes-data.ts'
 import { type Tensor } from '../../../common/protocol/types.ts'
 import { type BackendRequest } from '../../../worker/backends/types.ts'
 import { type ModelInput } from '../../../worker/repository/types.ts'
@@ -114,6 +115,15 @@ t.test('ShapeCheck: which inputs must agree (RequiredEqualInputs)', async t => {
   t.ok(shapeTensor.matches(req({ A: { shape: [1, 2] }, S: { shape: [2], data: [3, 4] } }), req({ A: { shape: [1, 2] }, S: { shape: [2], data: [3, 4] } })))
   t.notOk(shapeTensor.matches(req({ A: { shape: [1, 2] }, S: { shape: [2], data: [3, 4] } }), req({ A: { shape: [1, 2] }, S: { shape: [2], data: [3, 5] } })),
     'shape tensors must have equal contents')
+  // A BYTES shape tensor (the config does not refuse one) compares element by element, wherever its bytes are.
+  const withBytes = (...s: string[]): BackendRequest => {
+    const r = req({ A: { shape: [1, 2] } })
+    ;(r.inputs as Map<string, Tensor>).set('S', { name: 'S', datatype: 'BYTES', shape: [s.length], data: BytesData.from(s) })
+    return r
+  }
+  t.ok(shapeTensor.matches(withBytes('x', 'yz'), withBytes('x', 'yz')))
+  t.notOk(shapeTensor.matches(withBytes('x', 'yz'), withBytes('xy', 'z')), 'the same bytes split otherwise differ')
+  t.notOk(shapeTensor.matches(withBytes('x', 'yz'), req({ A: { shape: [1, 2] }, S: { shape: [2], data: [3, 4] } })))
 
   const optional = ShapeCheck.fromConfig(model({ inputs: [input('A', [2]), input('O', [2], { optional: true })] }))!
   t.ok(optional.matches(req({ A: { shape: [1, 2] } }), req({ A: { shape: [1, 2] } })))

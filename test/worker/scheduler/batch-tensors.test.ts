@@ -1,7 +1,9 @@
 import t from 'tap'
+import { BytesData } from '../../../common/protocol/bytes-data.ts'
 import { type Tensor } from '../../../common/protocol/types.ts'
 import { type BackendRequest } from '../../../worker/backends/types.ts'
 import { mergeInput, mergeInputs, splitOutput, splitOutputs } from '../../../worker/scheduler/batch-tensors.ts'
+import { elementsOf, stringsOf } from '../../helpers/bytes-data.ts'
 
 function req (inputs: Tensor[], batchSize: number): BackendRequest {
   return { inputs: new Map(inputs.map(i => [i.name, i])), requestedOutputs: [], parameters: {}, batchSize }
@@ -37,19 +39,21 @@ t.test('merge: ragged inputs become one 1-D tensor of all elements', async t => 
   t.same(Array.from(merged.data as Float32Array), [1, 2, 3, 4])
 })
 
-t.test('merge: BYTES elements are gathered by reference', async t => {
-  const e1 = Buffer.from('ab')
-  const e2 = Buffer.from('c')
-  const e3 = Buffer.from('')
+t.test('merge: BYTES elements are gathered in request order, packed into one buffer', async t => {
+  const first = BytesData.from(['ab'])
+  const second = BytesData.from(['c', ''])
   const merged = mergeInput([
-    req([{ name: 'S', datatype: 'BYTES', shape: [1], data: [e1] }], 1),
-    req([{ name: 'S', datatype: 'BYTES', shape: [2], data: [e2, e3] }], 2)
+    req([{ name: 'S', datatype: 'BYTES', shape: [1], data: first }], 1),
+    req([{ name: 'S', datatype: 'BYTES', shape: [2], data: second }], 2)
   ], 'S')
   t.same(merged.shape, [3])
-  const data = merged.data as Uint8Array[]
-  t.equal(data.length, 3)
-  t.equal(data[0], e1)
-  t.equal(data[2], e3)
+  t.ok(merged.data instanceof BytesData)
+  t.strictSame(stringsOf(merged.data), ['ab', 'c', ''])
+  // Merging is the one copy a batch makes (as for typed data): the elements leave the requests' memory.
+  const data = elementsOf(merged.data)
+  t.ok(data.every(e => e.buffer === data[0]!.buffer), 'one buffer for all the elements')
+  t.not(data[0]!.buffer, first.get(0).buffer, 'not the first request\'s memory')
+  t.not(data[1]!.buffer, second.get(0).buffer, 'nor the second\'s')
 })
 
 t.test('merge: mistakes are named', async t => {
@@ -75,10 +79,14 @@ t.test('split: per-request views on the output buffer, no copy', async t => {
 t.test('split: a batch of one gets the output itself; BYTES are split by element', async t => {
   const output = f32('OUT', [1, 2], [1, 2])
   t.equal(splitOutput(output, [req([], 1)])[0], output)
-  const e = [Buffer.from('a'), Buffer.from('b'), Buffer.from('c')]
+  const e = BytesData.from(['a', 'b', 'c'])
   const parts = splitOutput({ name: 'S', datatype: 'BYTES', shape: [3], data: e }, [req([], 2), req([], 1)])
   t.same(parts.map(p => p.shape), [[2], [1]])
-  t.equal((parts[1]?.data as Uint8Array[])[0], e[2])
+  t.strictSame(parts.map(p => stringsOf(p.data)), [['a', 'b'], ['c']])
+  // Views of the output's elements, as typed outputs are split: the same bytes at the same place.
+  const split = elementsOf(parts[1]?.data)[0]!
+  t.equal(split.buffer, e.get(2).buffer, 'a view of the output\'s memory')
+  t.equal(split.byteOffset, e.get(2).byteOffset)
 })
 
 t.test('split: a batch dimension that does not add up is an error', async t => {

@@ -12,6 +12,7 @@ import { silentLogger } from '../../../common/logger.ts'
 import {
   decodeHttpInferResponse, encodeHttpInferRequest, INFERENCE_HEADER_CONTENT_LENGTH
 } from '../../../common/protocol/binary-codec.ts'
+import { BytesData } from '../../../common/protocol/bytes-data.ts'
 import { DATATYPE_NAMES, float32ToBf16Bits, float32ToFp16Bits } from '../../../common/protocol/datatypes.ts'
 import { decodeModelInferResponse, encodeModelInferRequest } from '../../../common/protocol/grpc/grpc-codec.ts'
 import { callUnary, createHealthClient, createInferenceClient, type InferenceClient } from '../../../common/protocol/grpc/grpc-service.ts'
@@ -75,8 +76,8 @@ function tensorOf (d: DataType, utf8Only: boolean): Tensor {
       case 'FP32': return new Float32Array([0.1, -0, Infinity])
       case 'FP64': return new Float64Array([Math.PI, -1e-300, -Infinity])
       case 'BYTES': return utf8Only
-        ? [Buffer.from('héllo'), new Uint8Array(0), Buffer.from('zz')]
-        : [new Uint8Array([0xff, 0xfe, 0x00]), new Uint8Array(0), Buffer.from('ok')]
+        ? BytesData.from(['héllo', '', 'zz'])
+        : BytesData.from([new Uint8Array([0xff, 0xfe, 0x00]), new Uint8Array(0), 'ok'])
     }
   })()
   return { name: `IN_${d}`, datatype: d, shape, data }
@@ -94,7 +95,9 @@ function comparable (response: InferResponse): unknown {
     outputs: Object.fromEntries(response.outputs.map((o) => [o.name, {
       datatype: o.datatype,
       shape: o.shape,
-      data: Array.isArray(o.data) ? o.data.map((b) => Buffer.from(b).toString('hex')) : Array.from(o.data as ArrayLike<number | bigint>, String)
+      data: o.data instanceof BytesData
+        ? o.data.toArray().map((b) => Buffer.from(b).toString('hex'))
+        : Array.from(o.data as ArrayLike<number | bigint>, String)
     }]))
   }
 }

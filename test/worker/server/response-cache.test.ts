@@ -11,6 +11,7 @@ import { createLogger, silentLogger } from '../../../common/logger.ts'
 import {
   decodeHttpInferResponse, encodeHttpInferRequest, INFERENCE_HEADER_CONTENT_LENGTH
 } from '../../../common/protocol/binary-codec.ts'
+import { BytesData } from '../../../common/protocol/bytes-data.ts'
 import { decodeModelInferResponse, encodeModelInferRequest } from '../../../common/protocol/grpc/grpc-codec.ts'
 import { callUnary, createInferenceClient } from '../../../common/protocol/grpc/grpc-service.ts'
 import { decodeInferResponse, encodeInferRequest } from '../../../common/protocol/json-codec.ts'
@@ -64,7 +65,7 @@ function inferRequest (fill = 1, id = 'r'): InferRequest {
     parameters: {},
     inputs: [
       { name: 'IN0', datatype: 'FP32', shape: [1, 4], data: new Float32Array([fill, 2, 3, 4]) },
-      { name: 'IN1', datatype: 'BYTES', shape: [1, 2], data: [Buffer.from('héllo'), Buffer.from('') ] }
+      { name: 'IN1', datatype: 'BYTES', shape: [1, 2], data: BytesData.from(['héllo', '']) }
     ]
   }
 }
@@ -78,7 +79,7 @@ function comparable (r: InferResponse): unknown {
       name: o.name,
       datatype: o.datatype,
       shape: o.shape.map(Number),
-      data: Array.isArray(o.data) ? o.data.map(b => Buffer.from(b).toString('hex')) : Array.from(o.data as Float32Array)
+      data: o.data instanceof BytesData ? o.data.toArray().map(b => Buffer.from(b).toString('hex')) : Array.from(o.data as Float32Array)
     }))
   }
 }
@@ -196,7 +197,7 @@ t.test('the byte budget: the least recently used answer is evicted and computed 
     const { key, check } = requestKey('cached', '1', r, { answerForm: false })
     return entryBytes(key, check, [
       { name: 'OUT0', datatype: 'FP32', shape: [1, 4], data: new Float32Array(4) },
-      { name: 'OUT1', datatype: 'BYTES', shape: [1, 2], data: [Buffer.from('héllo'), Buffer.from('')] }
+      { name: 'OUT1', datatype: 'BYTES', shape: [1, 2], data: BytesData.from(['héllo', '']) }
     ])
   }
   const w = await worker(t, one(1) + one(2))

@@ -4,6 +4,7 @@ import * as grpc from '@grpc/grpc-js'
 import protobuf from 'protobufjs'
 import t, { type Test } from 'tap'
 import { type ErrorCode, type GrpcStatusName, createError, errorCodes } from '../../../../common/errors.ts'
+import { BytesData } from '../../../../common/protocol/bytes-data.ts'
 import { DATATYPE_NAMES } from '../../../../common/protocol/datatypes.ts'
 import {
   decodeModelInferRequest, decodeModelInferResponse, encodeModelInferRequest, encodeModelInferResponse,
@@ -19,6 +20,7 @@ import {
 import { type DataType, type InferRequest, type InferResponse, type Tensor, type TensorData } from '../../../../common/protocol/types.ts'
 // Tests may use the worker (common/ itself never does): the config JSON comes from the worker's own printer.
 import { modelConfigToJson, parseModelConfig } from '../../../../worker/repository/model-config.ts'
+import { elementsOf } from '../../../helpers/bytes-data.ts'
 import { type Asserts, throwsCoded } from '../../../helpers/coded-error.ts'
 
 const service = inferenceServiceDefinition()
@@ -72,7 +74,7 @@ function sampleData (datatype: DataType): TensorData {
     case 'BF16': return new Uint16Array([0x3f80, 0xff80, 0x0001, 0x7fc0])
     case 'FP32': return new Float32Array([1.5, -2.25, 3.4028234663852886e38, -0])
     case 'FP64': return new Float64Array([Math.PI, -1e308, 5e-324, 0])
-    case 'BYTES': return [new Uint8Array(0), bytes(0xff, 0xfe, 0x00, 0x80), utf8('hello'), utf8('é')]
+    case 'BYTES': return BytesData.from([new Uint8Array(0), bytes(0xff, 0xfe, 0x00, 0x80), 'hello', 'é'])
   }
 }
 
@@ -84,7 +86,7 @@ function tensor (name: string, datatype: DataType, shape: number[], data: Tensor
 
 /** Elements as plain values, and the storage's constructor name, for comparison. */
 function plain (data: TensorData): { kind: string, values: unknown[] } {
-  if (Array.isArray(data)) return { kind: 'BYTES', values: data.map(e => [e.constructor.name, Array.from(e)]) }
+  if (data instanceof BytesData) return { kind: 'BYTES', values: data.toArray().map(e => [e.constructor.name, Array.from(e)]) }
   return { kind: data.constructor.name, values: Array.from(data as ArrayLike<unknown>) }
 }
 
@@ -184,7 +186,7 @@ t.test('every datatype round-trips through the wire as raw contents and as typed
       parameters: { sequence_id: 42, sequence_start: true, priority: 1, tag: 'x', ratio: 0.25, big: -9007199254740991 },
       inputs: [
         { ...tensor('IN', datatype, [2, 2], data), parameters: { note: 'n', flag: false } },
-        tensor('EMPTY', datatype, [0, 3], Array.isArray(data) ? [] : (data as Uint8Array).subarray(0, 0))
+        tensor('EMPTY', datatype, [0, 3], data.subarray(0, 0))
       ],
       outputs: [{ name: 'OUT', parameters: { classification: 2 } }]
     }
@@ -210,7 +212,7 @@ t.test('every datatype round-trips through the wire as raw contents and as typed
       parameters: { triton_final_response: true },
       outputs: [
         { ...tensor('OUT', datatype, [4], data), parameters: { p: 1 } },
-        tensor('EMPTY', datatype, [2, 0], Array.isArray(data) ? [] : (data as Uint8Array).subarray(0, 0))
+        tensor('EMPTY', datatype, [2, 0], data.subarray(0, 0))
       ]
     }
     const encoded = encodeModelInferResponse(response)
@@ -263,7 +265,7 @@ t.test('raw data: typed views over the message where aligned, aligned copies whe
     raw_input_contents: [backing.subarray(3, 19), backing.subarray(21 - 1, 30)]
   })
   t.same(Array.from((request.inputs[0] as Tensor).data as BigInt64Array), [-2n, 2n ** 62n])
-  const s = (request.inputs[1] as Tensor).data as Uint8Array[]
+  const s = elementsOf((request.inputs[1] as Tensor).data)
   t.same(s.map(e => Array.from(e)), strings.map(e => Array.from(e)))
   t.equal(s[0]?.buffer, backing.buffer, 'BYTES elements are views')
   t.equal(s[0]?.constructor, Uint8Array, 'plain Uint8Array views, not Buffers')
@@ -283,7 +285,7 @@ t.test('modelInferRequestToRaw and rawToModelInferResponse pass the bytes throug
     parameters: { sequence_id: 'abc' },
     inputs: [
       tensor('A', 'FP32', [2], new Float32Array([1, 2])),
-      tensor('B', 'BYTES', [2], [utf8('x'), new Uint8Array(0)]),
+      tensor('B', 'BYTES', [2], BytesData.from(['x', new Uint8Array(0)])),
       tensor('C', 'FP16', [1], new Uint16Array([0x3c00]))
     ]
   }
@@ -321,14 +323,14 @@ t.test('modelInferRequestToRaw and rawToModelInferResponse pass the bytes throug
   const back = decodeModelInferResponse(responseViaWire(msg))
   t.equal(back.id, 'q')
   t.same(Array.from((back.outputs[0] as Tensor).data as Float32Array), [3, 4])
-  t.same(((back.outputs[1] as Tensor).data as Uint8Array[]).map(e => Array.from(e)), [[0x7a]])
+  t.same(elementsOf((back.outputs[1] as Tensor).data).map(e => Array.from(e)), [[0x7a]])
   t.same(back.outputs[1]?.parameters, { p: true })
 })
 
 t.test('encodeModelInferResponse: views over the tensors, BYTES serialized once', async t => {
   const f = new Float32Array([1, 2, 3])
   const msg = encodeModelInferResponse({
-    model_name: 'm', model_version: '1', outputs: [tensor('F', 'FP32', [3], f), tensor('S', 'BYTES', [2], [utf8('ab'), utf8('')])]
+    model_name: 'm', model_version: '1', outputs: [tensor('F', 'FP32', [3], f), tensor('S', 'BYTES', [2], BytesData.from(['ab', '']))]
   })
   t.equal(msg.raw_output_contents?.[0]?.buffer, f.buffer, 'fixed-size outputs are views over their own buffer')
   t.same(Array.from(msg.raw_output_contents?.[1] ?? []), [2, 0, 0, 0, 0x61, 0x62, 0, 0, 0, 0])

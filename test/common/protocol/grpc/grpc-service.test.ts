@@ -10,6 +10,7 @@ import * as protoLoader from '@grpc/proto-loader'
 import descriptor from 'protobufjs/ext/descriptor/index.js'
 import t, { type Test } from 'tap'
 import { createError, isFlotillaError } from '../../../../common/errors.ts'
+import { BytesData } from '../../../../common/protocol/bytes-data.ts'
 import {
   decodeModelInferRequest, decodeModelInferResponse, encodeModelInferRequest, encodeModelInferResponse, grpcErrorFrom,
   modelConfigToMessage
@@ -22,6 +23,7 @@ import {
   type ModelInferRequestMessage, type ModelStreamInferResponseMessage
 } from '../../../../common/protocol/grpc/messages.ts'
 import { type InferRequest, type InferResponse, type Tensor } from '../../../../common/protocol/types.ts'
+import { elementsOf } from '../../../helpers/bytes-data.ts'
 
 /** The fake model: echoes every input as an output named OUT_<input>; model 'missing' does not exist. */
 function infer (msg: ModelInferRequestMessage): InferResponse {
@@ -117,7 +119,7 @@ t.test('inference service: unary, streaming, errors, unimplemented RPCs', async 
     parameters: { sequence_id: 9, sequence_start: true },
     inputs: [
       { name: 'A', datatype: 'FP32', shape: [2, 2], data: new Float32Array([1, 2, 3, 4]) },
-      { name: 'S', datatype: 'BYTES', shape: [2], data: [new Uint8Array([0xff]), new Uint8Array(0)] },
+      { name: 'S', datatype: 'BYTES', shape: [2], data: BytesData.from([new Uint8Array([0xff]), new Uint8Array(0)]) },
       { name: 'I', datatype: 'INT64', shape: [1], data: new BigInt64Array([-(2n ** 62n)]) }
     ]
   }
@@ -128,7 +130,7 @@ t.test('inference service: unary, streaming, errors, unimplemented RPCs', async 
     t.equal(response.model_version, '1')
     t.same(response.outputs.map(o => o.name), ['OUT_A', 'OUT_S', 'OUT_I'])
     t.same(Array.from((response.outputs[0] as Tensor).data as Float32Array), [1, 2, 3, 4])
-    t.same(((response.outputs[1] as Tensor).data as Uint8Array[]).map(e => Array.from(e)), [[0xff], []])
+    t.same(elementsOf((response.outputs[1] as Tensor).data).map(e => Array.from(e)), [[0xff], []])
     t.same(Array.from((response.outputs[2] as Tensor).data as BigInt64Array), [-(2n ** 62n)])
     t.equal(message.raw_output_contents?.length, 3, 'outputs travel raw')
   }
@@ -179,7 +181,7 @@ t.test('inference service: unary, streaming, errors, unimplemented RPCs', async 
   t.equal(answers[1]?.error_message, "Request for unknown model: 'missing' is not found")
   t.equal(answers[1]?.infer_response, null, 'no response with the error')
   const third = decodeModelInferResponse(answers[2]?.infer_response as NonNullable<ModelStreamInferResponseMessage['infer_response']>)
-  t.same(((third.outputs[0] as Tensor).data as Uint8Array[]).map(e => Array.from(e)), [[0xff], []])
+  t.same(elementsOf((third.outputs[0] as Tensor).data).map(e => Array.from(e)), [[0xff], []])
 })
 
 t.test('health service: Check and Watch', async t => {
