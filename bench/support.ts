@@ -173,8 +173,12 @@ export function sleep (ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms))
 }
 
-/** Resolves once something accepts connections on `port`; throws after `timeoutMs` or if `child` exits first. */
-export async function waitForPort (port: number, child: ChildProcess, what: string, timeoutMs = 10000): Promise<void> {
+/**
+ * Resolves once something accepts connections on `port`; throws after `timeoutMs` or if `child` exits first. The
+ * default is generous: a child that is alive is starting, and a worker once took over 10 s to listen while the
+ * test suite loaded both cores of a CI machine.
+ */
+export async function waitForPort (port: number, child: ChildProcess, what: string, timeoutMs = 30000): Promise<void> {
   const deadline = Date.now() + timeoutMs
   while (Date.now() < deadline) {
     if (child.exitCode !== null || child.signalCode !== null) throw new Error(`${what} exited (${child.exitCode ?? child.signalCode}) before listening on ${port}`)

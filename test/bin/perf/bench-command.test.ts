@@ -151,7 +151,9 @@ t.test('every transport against the real worker: plausible throughput, no errors
     t.equal(step.server.failures, 0)
     t.ok(step.server.queue_us !== null && step.server.queue_us >= 0, `${name}: queue ${step.server.queue_us} us`)
     t.ok(step.server.compute_input_us !== null && step.server.compute_output_us !== null, `${name}: compute input and output`)
-    t.ok(step.server.compute_infer_us >= 1900 && step.server.compute_infer_us < 20_000, `${name}: compute infer ${step.server.compute_infer_us} us`)
+    // The ceiling catches a unit slip (nanoseconds shown as microseconds: 2,000,000), not a slow machine: a loaded
+    // CI machine has taken 29 ms over a 2 ms timer.
+    t.ok(step.server.compute_infer_us >= 1900 && step.server.compute_infer_us < 500_000, `${name}: compute infer ${step.server.compute_infer_us} us`)
   }
   // 16 FP32 elements: as text in JSON, as 64 raw bytes in the other two.
   t.ok(bytes.get('http/binary')! < bytes.get('http/json')!, `binary ${bytes.get('http/binary')} < json ${bytes.get('http/json')} bytes`)
@@ -359,12 +361,18 @@ t.test('through the gateway: the same run, one hop further', async t => {
   t.teardown(() => g.close())
   for (const args of [['-u', g.url], ['-i', 'grpc', '-u', `127.0.0.1:${g.grpcPort}`]]) {
     const c = capture()
-    t.equal(await runBenchCommand(['-m', 'sim', ...args, '--concurrency', '2', ...FAST, '--json', '-q'], c.io), 0, c.err())
+    // A longer window than FAST's: each statistics snapshot is one more hop away here, and on a saturated machine a
+    // 200 ms window once closed before the worker had counted a request inside it.
+    const window = ['--warmup-ms', '100', '--measurement-interval', '500']
+    t.equal(await runBenchCommand(['-m', 'sim', ...args, '--concurrency', '2', ...window, '--json', '-q'], c.io), 0, c.err())
     const step = onlyStep(c.out())
     t.ok(step.requests > 0 && step.errors === 0, args.join(' '))
     // A gateway that merges its workers' statistics fills the server columns; one that does not says so.
     if (step.server === null) t.match(c.out(), /server statistics: not available \((GET \/v2\/models\/sim\/stats|ModelStatistics for model 'sim') answered/)
-    else t.ok(step.server.requests > 0 && step.server.compute_infer_us >= 1900, `${args.join(' ')}: the worker's 2 ms, through the gateway`)
+    else {
+      t.ok(step.server.requests > 0 && step.server.compute_infer_us >= 1900,
+        `${args.join(' ')}: the worker's 2 ms, through the gateway (${JSON.stringify(step.server)})`)
+    }
   }
 })
 
