@@ -11,11 +11,11 @@ import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import t from 'tap'
+import { PACKAGE_ROOT } from '../../common/package-root.ts'
 import { childEnv } from '../helpers/processes.ts'
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url))
+const ROOT = PACKAGE_ROOT
 const DIST = join(ROOT, 'dist', 'bench')
 
 interface Smoke {

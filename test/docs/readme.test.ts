@@ -1,12 +1,12 @@
 /** The fleet file shown in the README is what users copy: it must load as shown. */
 import { existsSync, readFileSync } from 'node:fs'
-import { resolve } from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { join, resolve } from 'node:path'
 import t from 'tap'
+import { PACKAGE_ROOT } from '../../common/package-root.ts'
 import { balancerNames, hasBalancer, validateBalancerOptions } from '../../gateway/balancer/registry.ts'
 import { parseFleetConfig } from '../../gateway/fleet/fleet-config.ts'
 
-const README = fileURLToPath(new URL('../../README.md', import.meta.url))
+const README = join(PACKAGE_ROOT, 'README.md')
 
 t.test('the README fleet file example loads', async (t) => {
   const text = readFileSync(README, 'utf8')
@@ -22,7 +22,7 @@ t.test('the README fleet file example loads', async (t) => {
 
 t.test('every relative link in the README names a file of the repository', async (t) => {
   const text = readFileSync(README, 'utf8')
-  const root = fileURLToPath(new URL('../../', import.meta.url))
+  const root = PACKAGE_ROOT + '/'
   const links = [...text.matchAll(/\]\(([^)#\s]+)(?:#[^)]*)?\)/g)].map((m) => m[1]!).filter((l) => !/^[a-z]+:/.test(l))
   t.ok(links.includes('docs/architecture.md'), 'the architecture is linked')
   for (const link of links) {

@@ -5,15 +5,16 @@
 import { spawn } from 'node:child_process'
 import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { fileURLToPath } from 'node:url'
+import { join } from 'node:path'
 import t, { type Test } from 'tap'
+import { PACKAGE_ROOT } from '../../common/package-root.ts'
 import { WORKER_DRAINING_HEADER } from '../../common/protocol/headers.ts'
 import { get, post, type HttpResult } from '../helpers/http.ts'
 import { identityConfig } from '../helpers/model-repo.ts'
 import { childEnv, spawnWorker, stop } from '../helpers/processes.ts'
 
 const SLOW_MS = 500
-const WORKER_MAIN = fileURLToPath(new URL('../../dist/worker/main.js', import.meta.url))
+const WORKER_MAIN = join(PACKAGE_ROOT, 'dist', 'worker', 'main.js')
 
 function slowRepository (t: Test): string {
   return t.testdir({

@@ -4,12 +4,14 @@
  */
 import { fork, type ChildProcess } from 'node:child_process'
 import { existsSync } from 'node:fs'
-import { fileURLToPath } from 'node:url'
+import { join } from 'node:path'
 import { type Test } from 'tap'
+import { PACKAGE_ROOT } from '../../common/package-root.ts'
 
-export const CLI = fileURLToPath(new URL('../../dist/bin/flotilla.js', import.meta.url))
-export const DEMO_MODELS = fileURLToPath(new URL('../../config/models', import.meta.url))
-export const DEMO_FLEET = fileURLToPath(new URL('../../config/fleet.yaml', import.meta.url))
+// From the package root, not this file: the tests run from dist/ as well as from the source.
+export const CLI = join(PACKAGE_ROOT, 'dist', 'bin', 'flotilla.js')
+export const DEMO_MODELS = join(PACKAGE_ROOT, 'config', 'models')
+export const DEMO_FLEET = join(PACKAGE_ROOT, 'config', 'fleet.yaml')
 
 export interface FlotillaProcess {
   child: ChildProcess

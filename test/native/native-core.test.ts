@@ -9,11 +9,11 @@
  * environment of a GPU machine and run native/test/build.sh by hand) builds the CUDA path too.
  */
 import { spawnSync } from 'node:child_process'
-import { dirname, join } from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { join } from 'node:path'
 import t from 'tap'
+import { PACKAGE_ROOT } from '../../common/package-root.ts'
 
-const nativeDir = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'native')
+const nativeDir = join(PACKAGE_ROOT, 'native')
 
 t.setTimeout(300_000)
 

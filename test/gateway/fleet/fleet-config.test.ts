@@ -1,7 +1,7 @@
 import { readdirSync } from 'node:fs'
 import { join } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
+import { PACKAGE_ROOT } from '../../../common/package-root.ts'
 import { SERVER_NAME_RULE } from '../../../gateway/admin/api.ts'
 import { balancerNames, hasBalancer, validateBalancerOptions } from '../../../gateway/balancer/registry.ts'
 import {
@@ -11,8 +11,8 @@ import {
 } from '../../../gateway/fleet/fleet-config.ts'
 
 // The seed fleet file, copied into the repository unchanged (nothing here reads outside it).
-const SEED = fileURLToPath(new URL('../../fixtures/triton_config.yaml', import.meta.url))
-const FIXTURES = fileURLToPath(new URL('../../fixtures/fleets/', import.meta.url))
+const SEED = join(PACKAGE_ROOT, 'test', 'fixtures', 'triton_config.yaml')
+const FIXTURES = join(PACKAGE_ROOT, 'test', 'fixtures', 'fleets') + '/'
 
 // What the gateway passes: strategy-dependent option checks included.
 const options = { isKnownStrategy: hasBalancer, knownStrategies: balancerNames(), strategyOptionProblems: validateBalancerOptions }
@@ -225,7 +225,7 @@ t.test('fixtures: each problem names the file, line, column and key', async (t) 
 })
 
 t.test('the fleet files in config/ load, and every server name in them and in the seed keeps to the name rule', async (t) => {
-  const dir = fileURLToPath(new URL('../../../config/', import.meta.url))
+  const dir = join(PACKAGE_ROOT, 'config')
   const files = readdirSync(dir).filter((f) => f.endsWith('.yaml')).map((f) => join(dir, f))
   t.ok(files.length > 0, 'config/ has a fleet file')
   for (const file of [SEED, ...files]) {
@@ -682,7 +682,7 @@ t.test('discovery.consul: servers may come from Consul alone; its keys are check
 
 t.test('the example fleets in config/ load', async (t) => {
   for (const file of ['fleet.yaml', 'fleet-consul.yaml']) {
-    const config = loadFleetFile(fileURLToPath(new URL(`../../../config/${file}`, import.meta.url)), options)
+    const config = loadFleetFile(join(PACKAGE_ROOT, 'config', file), options)
     t.ok(config.inference_servers.length > 0 || config.discovery.consul !== undefined, file)
   }
 })

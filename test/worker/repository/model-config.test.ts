@@ -1,6 +1,8 @@
 import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
 import t from 'tap'
 import { isFlotillaError } from '../../../common/errors.ts'
+import { PACKAGE_ROOT } from '../../../common/package-root.ts'
 import { modelConfigToJson, parseModelConfig } from '../../../worker/repository/model-config.ts'
 import { type ModelConfig } from '../../../worker/repository/types.ts'
 
@@ -124,7 +126,7 @@ t.test('a typical config (triton-behaviour.md §5 and §3.2 shapes)', async t =>
   }
 })
 
-const FULL = readFileSync(new URL('../../fixtures/model-configs/full/config.pbtxt', import.meta.url), 'utf8')
+const FULL = readFileSync(join(PACKAGE_ROOT, 'test', 'fixtures', 'model-configs', 'full', 'config.pbtxt'), 'utf8')
 
 const FULL_EXPECTED: ModelConfig = {
   name: 'full',

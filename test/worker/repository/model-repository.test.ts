@@ -234,9 +234,13 @@ t.test('the scheduler is the one createScheduler returns, with the version\'s in
     async stop () {},
     options
   } as unknown as Scheduler)
+  // Absolute URLs from this module's own: the build does not rewrite these strings, and tap resolves relative ones
+  // from the source-mapped caller (test/), not from the build that runs (dist/test/, whose modules end in .js).
+  const ext = import.meta.url.endsWith('.ts') ? 'ts' : 'js'
+  const url = (path: string): string => new URL(`${path}.${ext}`, import.meta.url).href
   const mod = await t.mockImport<typeof import('../../../worker/repository/model-repository.ts')>(
-    '../../../worker/repository/model-repository.ts',
-    { '../../../worker/scheduler/create-scheduler.ts': { createScheduler: (o: SchedulerOptions) => { built.push(o); return fake(o) } } })
+    url('../../../worker/repository/model-repository'),
+    { [url('../../../worker/scheduler/create-scheduler')]: { createScheduler: (o: SchedulerOptions) => { built.push(o); return fake(o) } } })
   const observer: SchedulerObserver = { requestDone () {}, batchDone () {} }
   const { repo, logs } = await repository(t, {
     b: { 'config.pbtxt': cfg('b', 'instance_group [ { count: 2 kind: KIND_CPU } ]\ndynamic_batching { max_queue_delay_microseconds: 100 }'), 1: {} }

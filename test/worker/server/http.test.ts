@@ -1,11 +1,12 @@
-import { fileURLToPath } from 'node:url'
+import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { silentLogger } from '../../../common/logger.ts'
+import { PACKAGE_ROOT } from '../../../common/package-root.ts'
 import { startWorker, type RunningWorker } from '../../../worker/main.ts'
 import { get, http, post } from '../../helpers/http.ts'
 import { identityConfig } from '../../helpers/model-repo.ts'
 
-const DEMO_MODELS = fileURLToPath(new URL('../../../config/models', import.meta.url))
+const DEMO_MODELS = join(PACKAGE_ROOT, 'config', 'models')
 
 async function worker (tt: Test, modelRepository: string, extra: { maxBodyBytes?: number } = {}): Promise<RunningWorker> {
   // No drain to wait for in these tests' teardown (shutdown.test.ts covers it).

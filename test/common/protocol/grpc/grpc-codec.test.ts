@@ -3,6 +3,7 @@ import { join } from 'node:path'
 import * as grpc from '@grpc/grpc-js'
 import protobuf from 'protobufjs'
 import t, { type Test } from 'tap'
+import { PACKAGE_ROOT } from '../../../../common/package-root.ts'
 import { type ErrorCode, type GrpcStatusName, createError, errorCodes } from '../../../../common/errors.ts'
 import { BytesData } from '../../../../common/protocol/bytes-data.ts'
 import { DATATYPE_NAMES } from '../../../../common/protocol/datatypes.ts'
@@ -641,7 +642,7 @@ const configJson = (text: string, name: string): Record<string, unknown> =>
   JSON.parse(modelConfigToJson(parseModelConfig(text, { file: 'config.pbtxt', modelName: name }))) as Record<string, unknown>
 
 t.test('ModelConfig: the worker\'s JSON round-trips every field through the wire', async t => {
-  const fixture = readFileSync(join(import.meta.dirname, '..', '..', '..', 'fixtures', 'model-configs', 'full', 'config.pbtxt'), 'utf8')
+  const fixture = readFileSync(join(PACKAGE_ROOT, 'test', 'fixtures', 'model-configs', 'full', 'config.pbtxt'), 'utf8')
   const full = configJson(fixture, 'full')
   const back = configViaWire(full)
   sameConfig(t, back, full, 'config')
