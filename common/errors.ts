@@ -100,6 +100,8 @@ export const errorCodes = {
   },
   WRK_ERR_QUEUE_FULL: { http: 503, grpc: 'UNAVAILABLE', message: 'Exceeds maximum queue size' },
   WRK_ERR_REQUEST_TIMEOUT: { http: 503, grpc: 'UNAVAILABLE', message: 'Request timeout expired' },
+  // Triton answers a cancelled request CANCELLED (HTTP 400); nobody reads it, the client is gone.
+  WRK_ERR_REQUEST_CANCELLED: { http: 400, grpc: 'CANCELLED', message: 'Request was cancelled: its client went away while it was queued' },
   WRK_ERR_EXECUTION_FAILED: { http: 500, grpc: 'INTERNAL', message: "model '%s' failed to execute: %s" },
   WRK_ERR_CONFIG_PARSE: { http: 500, grpc: 'INTERNAL', message: '%s' },
   WRK_ERR_CONFIG_INVALID: { http: 500, grpc: 'INTERNAL', message: '%s' },

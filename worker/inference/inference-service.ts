@@ -148,12 +148,13 @@ export class InferenceService {
   /**
    * Runs one inference: validates the request against the model (Triton's messages, before anything is queued, so
    * a malformed request counts in no statistic), hands it to the version's scheduler, and returns the requested
-   * outputs in the order requested (all of the model's, in config order, when none were named).
+   * outputs in the order requested (all of the model's, in config order, when none were named). `signal`: the
+   * client's; aborted while the request is queued, the request is dropped (see {@link Scheduler.enqueue}).
    */
-  async infer (loaded: LoadedVersion, request: InferRequest): Promise<InferResponse> {
+  async infer (loaded: LoadedVersion, request: InferRequest, signal?: AbortSignal): Promise<InferResponse> {
     const batchSize = validateInferRequest(loaded.config, request, loaded.name)
     const use = this.#cacheUseOf(loaded)
-    if (use === null) return this.#execute(loaded, request, batchSize)
+    if (use === null) return this.#execute(loaded, request, batchSize, signal)
 
     // Triton's order (core src/dynamic_batch_scheduler.cc Enqueue and CacheLookUp): the key, then the lookup, before
     // the request is queued; a hit is answered at once and never reaches the scheduler.
@@ -169,7 +170,7 @@ export class InferenceService {
       return out
     }
     // A failure throws past this: it is counted as a failure, never as a miss, and nothing is stored.
-    const out = await this.#execute(loaded, request, batchSize)
+    const out = await this.#execute(loaded, request, batchSize, signal)
     const stored = use.cache.insert(key, check, out.outputs, out.parameters)
     // Two identical requests that both missed: the second finds the first's answer stored and, as in Triton (its
     // insert answers ALREADY_EXISTS), is not counted as a miss.
@@ -190,7 +191,7 @@ export class InferenceService {
   }
 
   /** Hands a validated request to the version's scheduler and shapes its answer. */
-  async #execute (loaded: LoadedVersion, request: InferRequest, batchSize: number): Promise<InferResponse> {
+  async #execute (loaded: LoadedVersion, request: InferRequest, batchSize: number, signal: AbortSignal | undefined): Promise<InferResponse> {
     const requested = request.outputs?.map(o => o.name) ?? loaded.config.output.map(o => o.name)
 
     // Statistics and metrics are the scheduler's to report (its observer): only requests that reach it count.
@@ -201,7 +202,7 @@ export class InferenceService {
         requestedOutputs: requested,
         parameters: request.parameters,
         batchSize
-      })
+      }, signal)
     } catch (err) {
       throw isFlotillaError(err) ? err : wrapError('WRK_ERR_EXECUTION_FAILED', err, loaded.name, err instanceof Error ? err.message : String(err))
     }

@@ -7,7 +7,7 @@ import { createError } from '../../common/errors.ts'
 import { type BackendInstance, type BackendRequest, type BackendResponse } from '../backends/types.ts'
 import { REAL_CLOCK } from './clock.ts'
 import { Deque } from './deque.ts'
-import { NOOP_OBSERVER } from './reporting.ts'
+import { cancelledAtOnce, NOOP_OBSERVER, queuedOnly } from './reporting.ts'
 import { type Scheduler, type SchedulerClock, type SchedulerObserver, type SchedulerOptions } from './types.ts'
 
 interface Pending {
@@ -16,6 +16,8 @@ interface Pending {
   readonly enqueueNs: bigint
   resolve: (r: BackendResponse) => void
   reject: (e: unknown) => void
+  /** Stops listening to the client's signal (once the request leaves the queue). */
+  unlisten: () => void
 }
 
 function noop (): void {}
@@ -40,28 +42,45 @@ export class DefaultScheduler implements Scheduler {
   get queueDepth (): number { return this.#queue.length }
   get executing (): number { return this.#executing }
 
-  enqueue (request: BackendRequest): Promise<BackendResponse> {
+  enqueue (request: BackendRequest, signal?: AbortSignal): Promise<BackendResponse> {
     if (this.#stopping) return Promise.reject(createError('WRK_ERR_SERVER_NOT_READY'))
+    if (signal?.aborted === true) return cancelledAtOnce(this.#observer, request)
     const item: Pending = {
       request,
       size: Math.max(1, request.batchSize),
       enqueueNs: this.#clock.now(),
       resolve: noop,
-      reject: noop
+      reject: noop,
+      unlisten: noop
     }
     const answer = new Promise<BackendResponse>((resolve, reject) => {
       item.resolve = resolve
       item.reject = reject
     })
+    if (signal !== undefined) {
+      const cancel = (): void => { this.#cancel(item) }
+      signal.addEventListener('abort', cancel, { once: true })
+      item.unlisten = () => { signal.removeEventListener('abort', cancel) }
+    }
     this.#queue.push(item)
     this.#dispatch()
     return answer
+  }
+
+  /** The client of a queued request went away: out of the queue (a running one finishes). */
+  #cancel (item: Pending): void {
+    if (!this.#queue.remove(item)) return
+    const waited = this.#clock.now() - item.enqueueNs
+    this.#observer.requestDone(false, 'CANCELED', item.size, waited, queuedOnly(waited))
+    item.reject(createError('WRK_ERR_REQUEST_CANCELLED'))
+    this.#settleDrain()
   }
 
   #dispatch (): void {
     while (this.#idle.length > 0 && this.#queue.length > 0) {
       const instance = this.#idle.pop() as BackendInstance
       const item = this.#queue.shift() as Pending
+      item.unlisten()
       this.#executing++
       const startNs = this.#clock.now()
       let execution: Promise<BackendResponse[]>
@@ -101,6 +120,10 @@ export class DefaultScheduler implements Scheduler {
       item.reject(failure)
     }
     this.#dispatch()
+    this.#settleDrain()
+  }
+
+  #settleDrain (): void {
     if (this.#stopping && this.#executing === 0 && this.#queue.length === 0) {
       const waiters = this.#drainWaiters
       this.#drainWaiters = []

@@ -66,6 +66,17 @@ export class Deque<T> {
     this.#length = kept
   }
 
+  /** Removes `item` (the first occurrence); whether it was there. O(n), as {@link removeWhere}. */
+  remove (item: T): boolean {
+    let found = false
+    this.removeWhere((x) => {
+      if (found || x !== item) return false
+      found = true
+      return true
+    })
+    return found
+  }
+
   #grow (): void {
     const old = this.#buffer
     const size = old.length * 2

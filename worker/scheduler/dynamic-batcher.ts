@@ -22,7 +22,7 @@ import { mergeInputs, splitOutputs } from './batch-tensors.ts'
 import { REAL_CLOCK } from './clock.ts'
 import { Deque } from './deque.ts'
 import { NO_DEADLINE, PriorityRequestQueue, requestPriority, requestTimeoutUs } from './priority-queue.ts'
-import { NOOP_OBSERVER, queuedOnly } from './reporting.ts'
+import { cancelledAtOnce, NOOP_OBSERVER, queuedOnly } from './reporting.ts'
 import { type Scheduler, type SchedulerClock, type SchedulerObserver, type SchedulerOptions } from './types.ts'
 
 /** `dynamic_batching {}`: what a config with an empty block means. */
@@ -51,6 +51,8 @@ class Entry implements FormableItem {
   /** Its batch's time merging inputs and splitting outputs (merged batches only). */
   inputNs = 0n
   outputNs = 0n
+  /** Stops listening to the client's signal (once the request leaves the queue). */
+  unlisten: () => void = noop
   /** Answered by the instance (kept here until delivered when preserve_ordering holds it back). */
   done = false
   response: BackendResponse | undefined = undefined
@@ -119,8 +121,9 @@ export class DynamicBatcher implements Scheduler {
   get queueDepth (): number { return this.#queue.size }
   get executing (): number { return this.#executing }
 
-  enqueue (request: BackendRequest): Promise<BackendResponse> {
+  enqueue (request: BackendRequest, signal?: AbortSignal): Promise<BackendResponse> {
     if (this.#stopping) return Promise.reject(createError('WRK_ERR_SERVER_NOT_READY'))
+    if (signal?.aborted === true) return cancelledAtOnce(this.#observer, request)
     const level = this.#queue.levelIndexOf(requestPriority(request.parameters))
     // Refused before it is queued, as Triton's PriorityQueue::Enqueue does. Counted as a REJECTED failure (issue 5:
     // "these are counted"), with no time spent: an operator must see a model shedding load in its metrics.
@@ -135,11 +138,29 @@ export class DynamicBatcher implements Scheduler {
       entry.reject = reject
     })
     this.#queue.push(entry, level)
+    if (signal !== undefined) {
+      const cancel = (): void => { this.#cancel(entry) }
+      signal.addEventListener('abort', cancel, { once: true })
+      entry.unlisten = () => { signal.removeEventListener('abort', cancel) }
+    }
     if (!this.#pumpQueued) {
       this.#pumpQueued = true
       queueMicrotask(this.#pump)
     }
     return answer
+  }
+
+  /** The client of a request went away: out of the queue if it is still there (a running one finishes). */
+  #cancel (entry: Entry): void {
+    if (!this.#queue.remove(entry)) return
+    const waited = this.#clock.now() - entry.enqueueNs
+    this.#observer.requestDone(false, 'CANCELED', entry.size, waited, queuedOnly(waited))
+    entry.reject(createError('WRK_ERR_REQUEST_CANCELLED'))
+    // The batch the pump waits for may have lost its oldest request, and a stopping batcher may now be drained.
+    if (!this.#pumpQueued) {
+      this.#pumpQueued = true
+      queueMicrotask(this.#pump)
+    }
   }
 
   async stop (): Promise<void> {
@@ -183,6 +204,7 @@ export class DynamicBatcher implements Scheduler {
     const rejected: Entry[] = []
     this.#queue.expire(now, rejected)
     for (const entry of rejected) {
+      entry.unlisten()
       const waited = now - entry.enqueueNs
       this.#observer.requestDone(false, 'REJECTED', entry.size, waited, queuedOnly(waited))
       entry.reject(createError('WRK_ERR_REQUEST_TIMEOUT'))
@@ -196,6 +218,7 @@ export class DynamicBatcher implements Scheduler {
     const requests = new Array<BackendRequest>(count)
     for (let i = 0; i < count; i++) {
       const entry = this.#queue.shift() as Entry
+      entry.unlisten()
       entry.startNs = now
       entries[i] = entry
       requests[i] = entry.request

@@ -132,6 +132,17 @@ export class PriorityRequestQueue<T extends QueuedItem> {
     if (item.deadlineNs < this.#nextDeadlineNs) this.#nextDeadlineNs = item.deadlineNs
   }
 
+  /** Removes `item` wherever it waits (a cancelled request); whether it was queued. */
+  remove (item: T): boolean {
+    for (const level of this.#levels) {
+      if (level.main.remove(item) || level.delayed.remove(item)) {
+        this.#size--
+        return true
+      }
+    }
+    return false
+  }
+
   /** Removes the first request in service order. */
   shift (): T | undefined {
     for (const level of this.#levels) {

@@ -16,8 +16,12 @@ export interface Scheduler {
    * (`WRK_ERR_QUEUE_FULL`: 503 "Exceeds maximum queue size"), when it waited past its timeout
    * (`WRK_ERR_REQUEST_TIMEOUT`: 503 "Request timeout expired"), or when the scheduler stopped. The request's own
    * `priority` and `timeout` (µs) parameters are read from `request.parameters`, as Triton reads them.
+   *
+   * `signal` is the client's: aborted while the request is queued (its connection closed, its gRPC call cancelled),
+   * the request leaves the queue at once and is rejected with `WRK_ERR_REQUEST_CANCELLED` (a CANCELED failure), as
+   * Triton drops cancelled requests; once handed to an instance it runs to its end.
    */
-  enqueue (request: BackendRequest): Promise<BackendResponse>
+  enqueue (request: BackendRequest, signal?: AbortSignal): Promise<BackendResponse>
   /** Requests received and not yet handed to an instance. */
   readonly queueDepth: number
   /** Requests handed to an instance and not yet answered. */

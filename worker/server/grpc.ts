@@ -6,6 +6,7 @@
  *
  * ModelStreamInfer follows Triton's rules as common/grpc-server.ts `serveInferStream` implements them for both tiers.
  */
+import { setMaxListeners } from 'node:events'
 import * as grpc from '@grpc/grpc-js'
 import { createError, isFlotillaError } from '../../common/errors.ts'
 import { createGrpcServer, grpcError, modelVersionOf, serveInferStream, type GrpcAnswer } from '../../common/grpc-server.ts'
@@ -47,13 +48,18 @@ export function buildWorkerGrpc (options: WorkerGrpcOptions): grpc.Server {
     return metadata
   }
 
-  /** A unary call counted by the drain tracker; a throw or rejection ends it with the error's status. */
-  const unary = <Req, Res>(handle: (request: Req) => Res | Promise<Res>): grpc.handleUnaryCall<Req, Res> => {
+  /**
+   * A unary call counted by the drain tracker; a throw or rejection ends it with the error's status. `signal` aborts
+   * when the client cancels the call.
+   */
+  const unary = <Req, Res>(handle: (request: Req, signal: AbortSignal) => Res | Promise<Res>): grpc.handleUnaryCall<Req, Res> => {
     return (call, callback) => {
       const end = drain.begin()
+      const cancelled = new AbortController()
+      call.once('cancelled', () => { cancelled.abort() })
       let result: Promise<Res>
       try {
-        result = Promise.resolve(handle(call.request))
+        result = Promise.resolve(handle(call.request, cancelled.signal))
       } catch (err) {
         result = Promise.reject(err)
       }
@@ -71,17 +77,22 @@ export function buildWorkerGrpc (options: WorkerGrpcOptions): grpc.Server {
   }
 
   /** One inference, from the message to the answer message. */
-  const infer = async (msg: ModelInferRequestMessage): Promise<ModelInferResponseMessage> => {
+  const infer = async (msg: ModelInferRequestMessage, signal: AbortSignal): Promise<ModelInferResponseMessage> => {
     const { modelName, modelVersion, request } = decodeModelInferRequest(msg, decodeOptions)
     const loaded = service.resolve(modelName, modelVersionOf(modelVersion))
-    return encodeModelInferResponse(await service.infer(loaded, request))
+    return encodeModelInferResponse(await service.infer(loaded, request, signal))
   }
 
   const modelStreamInfer: grpc.handleBidiStreamingCall<ModelInferRequestMessage, ModelStreamInferResponseMessage> = (call) => {
+    // A cancelled stream cancels every request of it still queued.
+    const cancelled = new AbortController()
+    // One listener per request of the stream still queued, removed as each leaves the queue: not a leak.
+    setMaxListeners(0, cancelled.signal)
+    call.once('cancelled', () => { cancelled.abort() })
     serveInferStream(call, async (msg): Promise<GrpcAnswer<ModelInferResponseMessage>> => {
       const end = drain.begin()
       try {
-        return { ok: true, value: await infer(msg) }
+        return { ok: true, value: await infer(msg, cancelled.signal) }
       } catch (err) {
         if (!isFlotillaError(err) || err.statusCode >= 500) logger.error({ err }, 'gRPC stream request failed')
         return { ok: false, error: grpcErrorFrom(err) }

@@ -103,7 +103,18 @@ export function buildWorkerHttp (options: WorkerHttpOptions): FastifyInstance {
       throw err
     }
     const request = decodeInfer(loaded, body, req.headers[INFERENCE_HEADER_CONTENT_LENGTH], options.bodyLimit)
-    const encoded = encodeHttpInferResponse(await service.infer(loaded, request), request)
+    // A client that closes its connection before the answer (a gateway whose attempt timed out, a caller that gave
+    // up) leaves nobody to answer: its request leaves the queue instead of taking an instance from those waiting.
+    const gone = new AbortController()
+    const onClose = (): void => { if (!reply.raw.writableFinished) gone.abort() }
+    reply.raw.once('close', onClose)
+    let response
+    try {
+      response = await service.infer(loaded, request, gone.signal)
+    } finally {
+      reply.raw.off('close', onClose)
+    }
+    const encoded = encodeHttpInferResponse(response, request)
     if (encoded.headerLength === undefined) reply.type('application/json')
     else reply.type('application/octet-stream').header(INFERENCE_HEADER_CONTENT_LENGTH, encoded.headerLength)
     const coding = negotiateResponseEncoding(req.headers['accept-encoding'])

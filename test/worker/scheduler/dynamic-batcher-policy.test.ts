@@ -449,3 +449,71 @@ t.test('a request keeps its own batch dimension and parameters through the batch
   })
   t.same(await answer, { outputs: [], parameters: { tag: 'a' } })
 })
+
+t.test('a queued request whose client goes away leaves the queue at once, CANCELED; a running one finishes', async t => {
+  const config = batching({ default_queue_policy: queuePolicy({ max_queue_size: 2 }) })
+  const h = setup(config)
+  await occupy(h)
+  const gone = new AbortController()
+  void h.s.submit('a', { signal: gone.signal })
+  void h.s.submit('b')
+  await h.clock.to(us(1))
+  t.equal(h.scheduler.queueDepth, 2)
+  void h.s.submit('full')
+  await h.clock.to(us(2))
+  t.match(h.s.settled, ['full:Exceeds maximum queue size'], 'the queue is full with a and b')
+
+  gone.abort()
+  await h.clock.to(us(3))
+  t.equal(h.scheduler.queueDepth, 1, 'a left the queue when its client went, not when an instance came for it')
+  t.match(h.s.settled, ['full:Exceeds maximum queue size', /^a:Request was cancelled/])
+  const error = h.s.errors.get('a')
+  t.ok(isFlotillaError(error) && error.code === 'WRK_ERR_REQUEST_CANCELLED' && error.grpcStatus === 'CANCELLED' && error.statusCode === 400,
+    "Triton's CANCELLED (HTTP 400)")
+  const cancelled = h.observer.requests.at(-1)!
+  t.same([cancelled.ok, cancelled.reason, cancelled.totalNs, cancelled.timing.queueNs, cancelled.timing.computeInferNs],
+    [false, 'CANCELED', us(2), us(2), 0n], 'counted as a CANCELED failure, all of its time queue time')
+  void h.s.submit('c')
+  await h.clock.to(us(4))
+  t.equal(h.scheduler.queueDepth, 2, 'its place is free for another')
+
+  h.i0.complete()
+  await h.clock.to(us(5))
+  t.same(h.log, [['x'], ['b', 'c']], 'the next batch is formed without it')
+
+  // Aborting after the request reached an instance changes nothing: it runs to its end and is answered.
+  const late = new AbortController()
+  void h.s.submit('d', { signal: late.signal })
+  h.i0.complete()
+  await h.clock.to(us(2000))
+  t.same(h.log, [['x'], ['b', 'c'], ['d']])
+  late.abort()
+  h.i0.complete()
+  await h.clock.to(us(2001))
+  t.ok(h.s.responses.has('d'), 'd answered')
+
+  // A client gone before the request could be queued: refused at once, counted, never queued.
+  const before = new AbortController()
+  before.abort()
+  void h.s.submit('e', { signal: before.signal })
+  await h.clock.to(us(2002))
+  t.match(h.s.settled.at(-1), /^e:Request was cancelled/)
+  t.same([h.observer.requests.at(-1)!.reason, h.scheduler.queueDepth], ['CANCELED', 0])
+})
+
+t.test('a stopping batcher does not wait for a request whose client went away', async t => {
+  const h = setup(batching({}))
+  await occupy(h)
+  const gone = new AbortController()
+  void h.s.submit('a', { signal: gone.signal })
+  await h.clock.to(us(1))
+  let stopped = false
+  void h.scheduler.stop().then(() => { stopped = true })
+  gone.abort()
+  await h.clock.to(us(2))
+  t.notOk(stopped, 'x still runs')
+  h.i0.complete()
+  await h.clock.to(us(3))
+  t.ok(stopped, 'stop() resolved once x finished')
+  t.same(h.log, [['x']], 'a never ran')
+})

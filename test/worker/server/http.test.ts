@@ -319,3 +319,45 @@ t.test('close waits for in-flight requests', async t => {
   t.equal(res.status, 200, 'the request accepted before close completes')
   t.strictSame(res.json.outputs[0].data, [4])
 })
+
+t.test('a client that goes away while its request is queued: the request is dropped, CANCELED, never run', async t => {
+  // One instance, 300 ms per request: the first request runs, the next ones queue behind it.
+  const dir = t.testdir({
+    slow: {
+      'config.pbtxt': `${identityConfig('slow', 'TYPE_FP32', [1]).replace('"identity"', '"simulated"')}\n` +
+        'instance_group [ { count: 1 kind: KIND_CPU } ]\nparameters { key: "fixed_ms" value: { string_value: "300" } }',
+      1: {}
+    }
+  })
+  const w = await worker(t, dir)
+  const body = JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [1], data: [4] }] })
+  const first = post(`${w.url}/v2/models/slow/infer`, JSON.parse(body))
+  await new Promise(resolve => setTimeout(resolve, 50))
+
+  // HTTP: the connection closes while the request waits.
+  const { request } = await import('node:http')
+  const gone = request(`${w.url}/v2/models/slow/infer`, { method: 'POST', headers: { 'content-type': 'application/json' } })
+  gone.on('error', () => {})
+  gone.end(body)
+  // gRPC: the call's deadline passes while it waits (the client cancels it).
+  const { callUnary, createInferenceClient } = await import('../../../common/protocol/grpc/grpc-service.ts')
+  const { encodeModelInferRequest } = await import('../../../common/protocol/grpc/grpc-codec.ts')
+  const client = createInferenceClient(`127.0.0.1:${w.grpcPort}`)
+  t.teardown(() => { client.close() })
+  const cancelled = callUnary(client.ModelInfer.bind(client), encodeModelInferRequest('slow', '', {
+    parameters: {}, inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [1], data: new Float32Array([4]) }]
+  }), undefined, { deadline: Date.now() + 100 }).then(() => 'answered', (err: { code?: number }) => err.code)
+  await new Promise(resolve => setTimeout(resolve, 60))
+  gone.destroy()
+
+  t.equal((await first).status, 200, 'the running request is answered')
+  t.equal(await cancelled, 4, 'the gRPC client saw its deadline pass (DEADLINE_EXCEEDED)')
+  // Time for both to have run one after the other, had they stayed queued.
+  await new Promise(resolve => setTimeout(resolve, 700))
+  const stats = (await get(`${w.url}/v2/models/slow/stats`)).json.model_stats[0]
+  t.equal(stats.execution_count, 1, 'only the first request ran: the other two left the queue when their clients went')
+  t.equal(stats.inference_stats.success.count, 1)
+  t.equal(stats.inference_stats.fail.count, 2, 'both counted as failures')
+  const metrics = (await get(`http://127.0.0.1:${w.metricsPort}/metrics`)).text
+  t.match(metrics, /nv_inference_request_failure\{model="slow",reason="CANCELED",version="1"\} 2/, 'with the reason CANCELED')
+})
