@@ -70,7 +70,9 @@ export class BytesData implements Iterable<Uint8Array> {
 
   /** Element `i`, a view (0 <= i < length). */
   get (i: number): Uint8Array {
-    if (!(i >= 0 && i < this.length)) throw new RangeError(`BYTES element ${i} is out of range (${this.length} elements)`)
+    if (!(i >= 0 && i < this.length)) {
+      throw new RangeError(`BYTES element ${i} is out of range (${this.length} elements)`)
+    }
     return this.#bytes.subarray(this.#spans[2 * i], this.#spans[2 * i + 1])
   }
 
@@ -138,9 +140,9 @@ export class BytesData implements Iterable<Uint8Array> {
 /**
  * Builds a {@link BytesData} element by element into one growing buffer. `capacity`, when known, sizes the buffer
  * once, when the first element is copied in; it grows by doubling past it (every old buffer stays resident until
- * the next garbage collection, so a good capacity matters for peak memory). Elements may also be views of one other buffer ({@link pushView}) until
- * the first that is not: then those before it are copied in once and the rest follow (the strings of a JSON body
- * that need no unescaping stay where they are).
+ * the next garbage collection, so a good capacity matters for peak memory). Elements may also be views of other
+ * memory ({@link pushView}) until the first that is not: then those before it are copied in once and the rest
+ * follow (the strings of a JSON body that need no unescaping stay where they are).
  */
 export class BytesDataBuilder {
   readonly #spans: Uint32Array
@@ -151,7 +153,7 @@ export class BytesDataBuilder {
   /** The memory (all of its ArrayBuffer) the elements so far are views of; undefined once one was copied. */
   #viewed: Uint8Array | undefined
 
-  /** Room for exactly `count` elements; `capacity`: about how many element bytes, when known (an upper bound is best). */
+  /** Room for exactly `count` elements; `capacity`: about how many element bytes, when known (a bound is best). */
   constructor (count: number, capacity = 0) {
     this.#spans = new Uint32Array(2 * count)
     this.#capacity = capacity
@@ -255,7 +257,9 @@ export class BytesDataBuilder {
   /** The elements pushed, which must be as many as the builder was made for. */
   finish (): BytesData {
     const expected = this.#spans.length / 2
-    if (this.#count !== expected) throw new RangeError(`BytesDataBuilder was made for ${expected} elements, got ${this.#count}`)
+    if (this.#count !== expected) {
+      throw new RangeError(`BytesDataBuilder was made for ${expected} elements, got ${this.#count}`)
+    }
     if (this.#viewed !== undefined) return new BytesData(this.#viewed, this.#spans)
     // Unused room at the end was never written, so it is address space rather than resident memory; a buffer more
     // than twice its contents is still copied down, so as not to hold it for the tensor's life.

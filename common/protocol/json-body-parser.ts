@@ -634,7 +634,9 @@ export function pushBytesString (b: Buffer, p: number, out: BytesDataBuilder): n
   tokenEnd = end
   const flags = stringFlags
   // Invalid UTF-8 becomes U+FFFD, as in the string JSON.parse would make: rare enough to go through a string.
-  if ((flags & STRING_HIGH) !== 0 && !isUtf8(b.subarray(p + 1, end - 1))) return out.pushString(decodeStringToken(b, p, end, flags))
+  if ((flags & STRING_HIGH) !== 0 && !isUtf8(b.subarray(p + 1, end - 1))) {
+    return out.pushString(decodeStringToken(b, p, end, flags))
+  }
   if ((flags & STRING_ESCAPED) === 0) return out.pushView(b, p + 1, end - 1)
   // Unescaped straight into the tensor's buffer, without a string: never longer than the token's contents.
   const at = out.reserve(end - p - 2)

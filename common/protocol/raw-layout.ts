@@ -99,7 +99,8 @@ export function bytesElements (raw: Uint8Array, count: number | undefined, error
 }
 
 function lengthAt (b: Uint8Array, pos: number): number {
-  return ((b[pos] as number) | (b[pos + 1] as number) << 8 | (b[pos + 2] as number) << 16 | (b[pos + 3] as number) << 24) >>> 0
+  return ((b[pos] as number) | (b[pos + 1] as number) << 8 | (b[pos + 2] as number) << 16 |
+    (b[pos + 3] as number) << 24) >>> 0
 }
 
 /** Writes a tensor's raw bytes into `out` at `pos`; returns the position after them. */

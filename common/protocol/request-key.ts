@@ -176,7 +176,9 @@ class KeyWriter {
     while (start < data.length) {
       let end = start
       let size = 0
-      while (end < data.length && size + 4 + data.elementLength(end) <= SCRATCH_BYTES) size += 4 + data.elementLength(end++)
+      while (end < data.length && size + 4 + data.elementLength(end) <= SCRATCH_BYTES) {
+        size += 4 + data.elementLength(end++)
+      }
       if (end === start) {
         // One element larger than the scratch: it goes to the hash directly.
         const e = data.get(start++)

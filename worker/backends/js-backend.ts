@@ -7,9 +7,9 @@
  *   export async function finalize ()        // optional; on unload
  *
  * A request is `{ inputs: { NAME: { name, datatype, shape, data } }, requestedOutputs, parameters, batchSize }`
- * with typed-array data (BYTES: an array of Uint8Array, views of the request). A response is `{ outputs: [{ name, shape, data,
- * datatype? }] }` or `{ error: 'message' }`; `data` may be a typed array or a plain array, and is converted to the
- * datatype the config declares for that output. Everything a module returns is checked here, so a mistake in
+ * with typed-array data (BYTES: an array of Uint8Array, views of the request). A response is
+ * `{ outputs: [{ name, shape, data, datatype? }] }` or `{ error: 'message' }`; `data` may be a typed array or a plain
+ * array (BYTES: strings or Uint8Arrays), and is converted to the datatype the config declares for that output. Everything a module returns is checked here, so a mistake in
  * model code fails that request with a message naming the output, never the worker.
  */
 import { stat } from 'node:fs/promises'
