@@ -320,7 +320,7 @@ t.test('close waits for in-flight requests', async t => {
   t.strictSame(res.json.outputs[0].data, [4])
 })
 
-t.test('a client that goes away while its request is queued: the request is dropped, CANCELED, never run', async t => {
+t.test('a client that goes away while its request is queued (HTTP, gRPC call, gRPC stream): dropped, CANCELED, never run', async t => {
   // One instance, 300 ms per request: the first request runs, the next ones queue behind it.
   const dir = t.testdir({
     slow: {
@@ -347,17 +347,28 @@ t.test('a client that goes away while its request is queued: the request is drop
   const cancelled = callUnary(client.ModelInfer.bind(client), encodeModelInferRequest('slow', '', {
     parameters: {}, inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [1], data: new Float32Array([4]) }]
   }), undefined, { deadline: Date.now() + 100 }).then(() => 'answered', (err: { code?: number }) => err.code)
+  // A gRPC stream cancelled with a request of it queued.
+  const stream = client.ModelStreamInfer()
+  const streamEnded = new Promise<number | undefined>((resolve) => {
+    stream.on('data', () => {})
+    stream.on('error', (err: { code?: number }) => { resolve(err.code) })
+  })
+  stream.write(encodeModelInferRequest('slow', '', {
+    parameters: {}, inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [1], data: new Float32Array([5]) }]
+  }))
   await new Promise(resolve => setTimeout(resolve, 60))
   gone.destroy()
+  stream.cancel()
+  t.equal(await streamEnded, 1, 'the stream was cancelled (CANCELLED)')
 
   t.equal((await first).status, 200, 'the running request is answered')
   t.equal(await cancelled, 4, 'the gRPC client saw its deadline pass (DEADLINE_EXCEEDED)')
-  // Time for both to have run one after the other, had they stayed queued.
-  await new Promise(resolve => setTimeout(resolve, 700))
+  // Time for the three to have run one after the other, had they stayed queued.
+  await new Promise(resolve => setTimeout(resolve, 1000))
   const stats = (await get(`${w.url}/v2/models/slow/stats`)).json.model_stats[0]
-  t.equal(stats.execution_count, 1, 'only the first request ran: the other two left the queue when their clients went')
+  t.equal(stats.execution_count, 1, 'only the first request ran: the others left the queue when their clients went')
   t.equal(stats.inference_stats.success.count, 1)
-  t.equal(stats.inference_stats.fail.count, 2, 'both counted as failures')
+  t.equal(stats.inference_stats.fail.count, 3, 'the three counted as failures')
   const metrics = (await get(`http://127.0.0.1:${w.metricsPort}/metrics`)).text
-  t.match(metrics, /nv_inference_request_failure\{model="slow",reason="CANCELED",version="1"\} 2/, 'with the reason CANCELED')
+  t.match(metrics, /nv_inference_request_failure\{model="slow",reason="CANCELED",version="1"\} 3/, 'with the reason CANCELED')
 })
