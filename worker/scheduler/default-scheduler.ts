@@ -7,7 +7,7 @@ import { createError } from '../../common/errors.ts'
 import { type BackendInstance, type BackendRequest, type BackendResponse } from '../backends/types.ts'
 import { REAL_CLOCK } from './clock.ts'
 import { Deque } from './deque.ts'
-import { cancelledAtOnce, NOOP_OBSERVER, queuedOnly } from './reporting.ts'
+import { cancelled, cancelledAtOnce, NOOP_OBSERVER, onAbort } from './reporting.ts'
 import { type Scheduler, type SchedulerClock, type SchedulerObserver, type SchedulerOptions } from './types.ts'
 
 interface Pending {
@@ -57,11 +57,7 @@ export class DefaultScheduler implements Scheduler {
       item.resolve = resolve
       item.reject = reject
     })
-    if (signal !== undefined) {
-      const cancel = (): void => { this.#cancel(item) }
-      signal.addEventListener('abort', cancel, { once: true })
-      item.unlisten = () => { signal.removeEventListener('abort', cancel) }
-    }
+    if (signal !== undefined) item.unlisten = onAbort(signal, () => { this.#cancel(item) })
     this.#queue.push(item)
     this.#dispatch()
     return answer
@@ -70,9 +66,7 @@ export class DefaultScheduler implements Scheduler {
   /** The client of a queued request went away: out of the queue (a running one finishes). */
   #cancel (item: Pending): void {
     if (!this.#queue.remove(item)) return
-    const waited = this.#clock.now() - item.enqueueNs
-    this.#observer.requestDone(false, 'CANCELED', item.size, waited, queuedOnly(waited))
-    item.reject(createError('WRK_ERR_REQUEST_CANCELLED'))
+    item.reject(cancelled(this.#observer, item.size, this.#clock.now() - item.enqueueNs))
     this.#settleDrain()
   }
 

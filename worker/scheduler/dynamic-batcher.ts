@@ -22,7 +22,7 @@ import { mergeInputs, splitOutputs } from './batch-tensors.ts'
 import { REAL_CLOCK } from './clock.ts'
 import { Deque } from './deque.ts'
 import { NO_DEADLINE, PriorityRequestQueue, requestPriority, requestTimeoutUs } from './priority-queue.ts'
-import { cancelledAtOnce, NOOP_OBSERVER, queuedOnly } from './reporting.ts'
+import { cancelled, cancelledAtOnce, NOOP_OBSERVER, onAbort, queuedOnly } from './reporting.ts'
 import { type Scheduler, type SchedulerClock, type SchedulerObserver, type SchedulerOptions } from './types.ts'
 
 /** `dynamic_batching {}`: what a config with an empty block means. */
@@ -138,11 +138,7 @@ export class DynamicBatcher implements Scheduler {
       entry.reject = reject
     })
     this.#queue.push(entry, level)
-    if (signal !== undefined) {
-      const cancel = (): void => { this.#cancel(entry) }
-      signal.addEventListener('abort', cancel, { once: true })
-      entry.unlisten = () => { signal.removeEventListener('abort', cancel) }
-    }
+    if (signal !== undefined) entry.unlisten = onAbort(signal, () => { this.#cancel(entry) })
     if (!this.#pumpQueued) {
       this.#pumpQueued = true
       queueMicrotask(this.#pump)
@@ -153,9 +149,7 @@ export class DynamicBatcher implements Scheduler {
   /** The client of a request went away: out of the queue if it is still there (a running one finishes). */
   #cancel (entry: Entry): void {
     if (!this.#queue.remove(entry)) return
-    const waited = this.#clock.now() - entry.enqueueNs
-    this.#observer.requestDone(false, 'CANCELED', entry.size, waited, queuedOnly(waited))
-    entry.reject(createError('WRK_ERR_REQUEST_CANCELLED'))
+    entry.reject(cancelled(this.#observer, entry.size, this.#clock.now() - entry.enqueueNs))
     // The batch the pump waits for may have lost its oldest request, and a stopping batcher may now be drained.
     if (!this.#pumpQueued) {
       this.#pumpQueued = true

@@ -35,6 +35,18 @@ export interface WorkerGrpcOptions {
   drain: DrainTracker
 }
 
+/**
+ * A signal that aborts when the client cancels `call` (or its deadline passes), for the scheduler to drop what it
+ * has queued. A stream's signal has a listener per request of it still queued, each removed as that request leaves
+ * the queue: no limit on their number, and no leak.
+ */
+function cancelSignal (call: { once: (event: 'cancelled', listener: () => void) => unknown }): AbortSignal {
+  const cancelled = new AbortController()
+  setMaxListeners(0, cancelled.signal)
+  call.once('cancelled', () => { cancelled.abort() })
+  return cancelled.signal
+}
+
 /** Builds (does not bind) the worker's gRPC server: the inference service, health and reflection. */
 export function buildWorkerGrpc (options: WorkerGrpcOptions): grpc.Server {
   const { service, drain, logger } = options
@@ -48,18 +60,13 @@ export function buildWorkerGrpc (options: WorkerGrpcOptions): grpc.Server {
     return metadata
   }
 
-  /**
-   * A unary call counted by the drain tracker; a throw or rejection ends it with the error's status. `signal` aborts
-   * when the client cancels the call.
-   */
-  const unary = <Req, Res>(handle: (request: Req, signal: AbortSignal) => Res | Promise<Res>): grpc.handleUnaryCall<Req, Res> => {
+  /** A unary call counted by the drain tracker; a throw or rejection ends it with the error's status. */
+  const unary = <Req, Res>(handle: (request: Req, call: grpc.ServerUnaryCall<Req, Res>) => Res | Promise<Res>): grpc.handleUnaryCall<Req, Res> => {
     return (call, callback) => {
       const end = drain.begin()
-      const cancelled = new AbortController()
-      call.once('cancelled', () => { cancelled.abort() })
       let result: Promise<Res>
       try {
-        result = Promise.resolve(handle(call.request, cancelled.signal))
+        result = Promise.resolve(handle(call.request, call))
       } catch (err) {
         result = Promise.reject(err)
       }
@@ -85,14 +92,11 @@ export function buildWorkerGrpc (options: WorkerGrpcOptions): grpc.Server {
 
   const modelStreamInfer: grpc.handleBidiStreamingCall<ModelInferRequestMessage, ModelStreamInferResponseMessage> = (call) => {
     // A cancelled stream cancels every request of it still queued.
-    const cancelled = new AbortController()
-    // One listener per request of the stream still queued, removed as each leaves the queue: not a leak.
-    setMaxListeners(0, cancelled.signal)
-    call.once('cancelled', () => { cancelled.abort() })
+    const signal = cancelSignal(call)
     serveInferStream(call, async (msg): Promise<GrpcAnswer<ModelInferResponseMessage>> => {
       const end = drain.begin()
       try {
-        return { ok: true, value: await infer(msg, cancelled.signal) }
+        return { ok: true, value: await infer(msg, signal) }
       } catch (err) {
         if (!isFlotillaError(err) || err.statusCode >= 500) logger.error({ err }, 'gRPC stream request failed')
         return { ok: false, error: grpcErrorFrom(err) }
@@ -135,7 +139,7 @@ export function buildWorkerGrpc (options: WorkerGrpcOptions): grpc.Server {
     // Triton's default control mode loads everything at start and refuses explicit load/unload, as HTTP does.
     RepositoryModelLoad: unary(() => { throw createError('WRK_ERR_MODEL_CONTROL_DISABLED') }),
     RepositoryModelUnload: unary(() => { throw createError('WRK_ERR_MODEL_CONTROL_DISABLED') }),
-    ModelInfer: unary(infer),
+    ModelInfer: unary((msg, call) => infer(msg, cancelSignal(call))),
     ModelStreamInfer: modelStreamInfer
   })
 }
