@@ -19,7 +19,6 @@ function walk (dir) {
       const source = join(root, relative(join(root, 'dist'), path)).replace(/\.js$/, '.ts')
       if (!existsSync(source)) {
         for (const suffix of ['', '.map']) rmSync(path + suffix, { force: true })
-        rmSync(path.replace(/\.js$/, '.d.ts'), { force: true })
       }
     }
   }

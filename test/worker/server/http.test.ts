@@ -1,7 +1,10 @@
+import { request } from 'node:http'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { silentLogger } from '../../../common/logger.ts'
 import { PACKAGE_ROOT } from '../../../common/package-root.ts'
+import { encodeModelInferRequest } from '../../../common/protocol/grpc/grpc-codec.ts'
+import { callUnary, createInferenceClient } from '../../../common/protocol/grpc/grpc-service.ts'
 import { startWorker, type RunningWorker } from '../../../worker/main.ts'
 import { get, http, post } from '../../helpers/http.ts'
 import { identityConfig } from '../../helpers/model-repo.ts'
@@ -13,6 +16,17 @@ async function worker (tt: Test, modelRepository: string, extra: { maxBodyBytes?
   const w = await startWorker({ modelRepository, httpPort: 0, grpcPort: 0, metricsPort: 0, logger: silentLogger(), shutdownQuietMs: 0, ...extra })
   tt.teardown(() => w.close())
   return w
+}
+
+/** A repository with `slow`: FP32 [1] echoed after `fixedMs` (the simulated backend), `extra` config lines after. */
+function slowRepository (tt: Test, fixedMs: number, extra = ''): string {
+  return tt.testdir({
+    slow: {
+      'config.pbtxt': `${identityConfig('slow', 'TYPE_FP32', [1]).replace('"identity"', '"simulated"')}\n${extra}` +
+        `parameters { key: "fixed_ms" value: { string_value: "${fixedMs}" } }`,
+      1: {}
+    }
+  })
 }
 
 const iota = (n: number, f: (i: number) => number = i => i): number[] => Array.from({ length: n }, (_, i) => f(i))
@@ -304,14 +318,7 @@ t.test('js models: failures are the request\'s, never the worker\'s', async t =>
 })
 
 t.test('close waits for in-flight requests', async t => {
-  const dir = t.testdir({
-    slow: {
-      'config.pbtxt': `${identityConfig('slow', 'TYPE_FP32', [1]).replace('"identity"', '"simulated"')}\n` +
-        'parameters { key: "fixed_ms" value: { string_value: "150" } }',
-      1: {}
-    }
-  })
-  const w = await startWorker({ modelRepository: dir, httpPort: 0, grpcPort: -1, metricsPort: -1, logger: silentLogger() })
+  const w = await startWorker({ modelRepository: slowRepository(t, 150), httpPort: 0, grpcPort: -1, metricsPort: -1, logger: silentLogger() })
   const inflight = post(`${w.url}/v2/models/slow/infer`, { inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [1], data: [4] }] })
   await new Promise(resolve => setTimeout(resolve, 30))
   await w.close()
@@ -322,26 +329,16 @@ t.test('close waits for in-flight requests', async t => {
 
 t.test('a client that goes away while its request is queued (HTTP, gRPC call, gRPC stream): dropped, CANCELED, never run', async t => {
   // One instance, 300 ms per request: the first request runs, the next ones queue behind it.
-  const dir = t.testdir({
-    slow: {
-      'config.pbtxt': `${identityConfig('slow', 'TYPE_FP32', [1]).replace('"identity"', '"simulated"')}\n` +
-        'instance_group [ { count: 1 kind: KIND_CPU } ]\nparameters { key: "fixed_ms" value: { string_value: "300" } }',
-      1: {}
-    }
-  })
-  const w = await worker(t, dir)
+  const w = await worker(t, slowRepository(t, 300, 'instance_group [ { count: 1 kind: KIND_CPU } ]\n'))
   const body = JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [1], data: [4] }] })
   const first = post(`${w.url}/v2/models/slow/infer`, JSON.parse(body))
   await new Promise(resolve => setTimeout(resolve, 50))
 
   // HTTP: the connection closes while the request waits.
-  const { request } = await import('node:http')
   const gone = request(`${w.url}/v2/models/slow/infer`, { method: 'POST', headers: { 'content-type': 'application/json' } })
   gone.on('error', () => {})
   gone.end(body)
   // gRPC: the call's deadline passes while it waits (the client cancels it).
-  const { callUnary, createInferenceClient } = await import('../../../common/protocol/grpc/grpc-service.ts')
-  const { encodeModelInferRequest } = await import('../../../common/protocol/grpc/grpc-codec.ts')
   const client = createInferenceClient(`127.0.0.1:${w.grpcPort}`)
   t.teardown(() => { client.close() })
   const cancelled = callUnary(client.ModelInfer.bind(client), encodeModelInferRequest('slow', '', {
